@@ -42,7 +42,7 @@ fn bench(c: &mut Criterion) {
     g.throughput(Throughput::Bytes(wire.len() as u64));
     g.bench_function("decoder_4k_reads", |b| {
         b.iter(|| {
-            let mut dec = Decoder::<{ railtrace_protocol::MAX_WIRE_FRAME }>::new();
+            let mut dec = Decoder::<{ railtrace_protocol::MAX_ENCODED_FRAME }>::new();
             let mut got = 0u64;
             for piece in wire.chunks(4096) {
                 let mut input = piece;

@@ -15,8 +15,10 @@ pub const CRC_LEN: usize = 4;
 pub const MAX_PAYLOAD: usize = 1024;
 /// Longest frame before COBS encoding.
 pub const MAX_RAW_FRAME: usize = HEADER_LEN + MAX_PAYLOAD + CRC_LEN;
+/// Longest COBS-encoded frame, delimiter excluded: the buffer a [`Decoder`] needs.
+pub const MAX_ENCODED_FRAME: usize = cobs::max_encoded_len(MAX_RAW_FRAME);
 /// Longest frame on the wire, delimiter included.
-pub const MAX_WIRE_FRAME: usize = cobs::max_encoded_len(MAX_RAW_FRAME) + 1;
+pub const MAX_WIRE_FRAME: usize = MAX_ENCODED_FRAME + 1;
 /// Most samples a [`crate::SampleBlock`] of `channels` channels can hold.
 pub const fn max_block_samples(channels: usize) -> usize {
     if channels == 0 {
@@ -53,8 +55,9 @@ pub enum FrameError {
         /// Decoded length.
         len: usize,
     },
-    /// More bytes than the longest frame arrived before a delimiter.
-    #[error("frame longer than {max} bytes before a delimiter ({len} bytes dropped)")]
+    /// More bytes than the longest frame arrived before a delimiter (encoded length over
+    /// [`MAX_ENCODED_FRAME`]), or the frame decoded to more than [`MAX_RAW_FRAME`] bytes.
+    #[error("frame of {len} bytes exceeds the limit of {max} bytes")]
     Oversized {
         /// Bytes dropped.
         len: usize,
@@ -88,6 +91,9 @@ pub enum FrameError {
         seq: u32,
         /// Payload length.
         len: usize,
+        /// For a command type (0x80 and up), the payload's first two bytes: the request id
+        /// every command begins with, so the device can answer it.
+        request_id: Option<u16>,
     },
 }
 
@@ -103,27 +109,42 @@ pub struct Frame<'a> {
 /// Encodes `message` as frame `seq` into `out`: COBS bytes followed by the 0x00
 /// delimiter. Returns the number of bytes written. Never allocates.
 pub fn encode_frame(seq: u32, message: &Message<'_>, out: &mut [u8]) -> Result<usize, EncodeError> {
+    let mut payload = [0u8; MAX_PAYLOAD];
+    let len = message.encode_payload(&mut payload)?;
+    encode_raw_frame(
+        seq,
+        message.type_byte(),
+        payload.get(..len).ok_or(EncodeError::InvalidMessage)?,
+        out,
+    )
+}
+
+/// Encodes a frame from a payload already laid out (see [`Message::encode_payload`]), for
+/// senders that build payloads ahead of time and number frames when they send them.
+pub fn encode_raw_frame(
+    seq: u32,
+    msg_type: u8,
+    payload: &[u8],
+    out: &mut [u8],
+) -> Result<usize, EncodeError> {
+    if payload.len() > MAX_PAYLOAD {
+        return Err(EncodeError::InvalidMessage);
+    }
     let mut raw = [0u8; MAX_RAW_FRAME];
-    let raw_len = {
-        let (header, rest) = raw.split_at_mut(HEADER_LEN);
-        let (payload, _) = rest.split_at_mut(MAX_PAYLOAD);
-        let len = message
-            .encode(payload)
-            .map_err(|_| EncodeError::InvalidMessage)?;
-        let mut w = Writer::new(header);
-        w.u8(PROTOCOL_VERSION)
-            .and_then(|_| w.u8(message.type_byte()))
-            .and_then(|_| w.u32(seq))
-            .map_err(|_| EncodeError::InvalidMessage)?;
-        HEADER_LEN + len
-    };
-    let crc = crc32c(raw.get(..raw_len).ok_or(EncodeError::InvalidMessage)?);
-    raw.get_mut(raw_len..raw_len + CRC_LEN)
+    let mut w = Writer::new(&mut raw);
+    w.u8(PROTOCOL_VERSION)
+        .and_then(|_| w.u8(msg_type))
+        .and_then(|_| w.u32(seq))
+        .and_then(|_| w.bytes(payload))
+        .map_err(|_| EncodeError::InvalidMessage)?;
+    let body_len = w.position();
+    let body = raw.get(..body_len).ok_or(EncodeError::InvalidMessage)?;
+    let crc = crc32c(body);
+    let raw_len = body_len + CRC_LEN;
+    raw.get_mut(body_len..raw_len)
         .ok_or(EncodeError::InvalidMessage)?
         .copy_from_slice(&crc.to_le_bytes());
-    let raw = raw
-        .get(..raw_len + CRC_LEN)
-        .ok_or(EncodeError::InvalidMessage)?;
+    let raw = raw.get(..raw_len).ok_or(EncodeError::InvalidMessage)?;
     let n = cobs::encode(raw, out).map_err(|_| EncodeError::BufferTooShort)?;
     *out.get_mut(n).ok_or(EncodeError::BufferTooShort)? = 0;
     Ok(n + 1)
@@ -174,7 +195,7 @@ pub struct DecodeStats {
     pub cobs_errors: u64,
     /// Rejected: shorter than header plus CRC.
     pub too_short: u64,
-    /// Rejected: longer than [`MAX_WIRE_FRAME`] before a delimiter.
+    /// Rejected: longer than the longest frame.
     pub oversized: u64,
     /// Rejected: CRC mismatch.
     pub crc_errors: u64,
@@ -209,13 +230,13 @@ impl DecodeStats {
 /// ```
 /// use railtrace_protocol::{encode_frame_vec, Decoder, Message};
 /// let wire = encode_frame_vec(7, &Message::Start { request_id: 1 }).unwrap();
-/// let mut dec = Decoder::<1040>::new();
+/// let mut dec: Decoder = Decoder::new();
 /// let mut input = &wire[..];
 /// let frame = dec.next(&mut input).unwrap().unwrap();
 /// assert_eq!((frame.seq, frame.message), (7, Message::Start { request_id: 1 }));
 /// ```
 #[derive(Debug)]
-pub struct Decoder<const N: usize = MAX_WIRE_FRAME> {
+pub struct Decoder<const N: usize = MAX_ENCODED_FRAME> {
     buf: [u8; N],
     len: usize,
     overflow: usize,
@@ -353,6 +374,14 @@ fn parse(encoded: &mut [u8]) -> Result<Frame<'_>, FrameError> {
     if len < HEADER_LEN + CRC_LEN {
         return Err(FrameError::TooShort { len });
     }
+    // COBS of a frame with zeros is shorter than the worst case, so an encoded frame that
+    // fits the buffer can still decode to more than the longest raw frame.
+    if len > MAX_RAW_FRAME {
+        return Err(FrameError::Oversized {
+            len,
+            max: MAX_RAW_FRAME,
+        });
+    }
     let (body, crc) = raw.split_at(len - CRC_LEN);
     let received = u32::from_le_bytes(crc.try_into().map_err(|_| FrameError::TooShort { len })?);
     let computed = crc32c(body);
@@ -375,6 +404,10 @@ fn parse(encoded: &mut [u8]) -> Result<Frame<'_>, FrameError> {
         msg_type,
         seq,
         len: payload.len(),
+        request_id: match payload {
+            [a, b, ..] if msg_type & 0x80 != 0 => Some(u16::from_le_bytes([*a, *b])),
+            _ => None,
+        },
     })?;
     Ok(Frame { seq, message })
 }

@@ -30,8 +30,8 @@ pub use crc::crc32c;
 #[cfg(feature = "std")]
 pub use frame::encode_frame_vec;
 pub use frame::{
-    encode_frame, max_block_samples, DecodeStats, Decoder, EncodeError, Frame, FrameEncoder,
-    FrameError, SeqEvent, SeqTracker, CRC_LEN, HEADER_LEN, MAX_PAYLOAD, MAX_RAW_FRAME,
-    MAX_WIRE_FRAME, PROTOCOL_VERSION,
+    encode_frame, encode_raw_frame, max_block_samples, DecodeStats, Decoder, EncodeError, Frame,
+    FrameEncoder, FrameError, SeqEvent, SeqTracker, CRC_LEN, HEADER_LEN, MAX_ENCODED_FRAME,
+    MAX_PAYLOAD, MAX_RAW_FRAME, MAX_WIRE_FRAME, PROTOCOL_VERSION,
 };
 pub use message::*;

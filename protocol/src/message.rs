@@ -446,8 +446,6 @@ pub struct WriteCalibration {
 }
 
 /// Any message of the protocol.
-// DeviceInfo is large, but rare; boxing it would need a heap, which no_std users lack.
-#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Message<'a> {
     /// Device → host.
@@ -662,8 +660,13 @@ impl<'a> Message<'a> {
         Ok(m)
     }
 
-    /// Writes the payload; returns its length.
-    pub(crate) fn encode(&self, buf: &mut [u8]) -> Result<usize, Short> {
+    /// Writes the payload alone (no header, CRC or COBS) into `buf`; returns its length.
+    pub fn encode_payload(&self, buf: &mut [u8]) -> Result<usize, crate::EncodeError> {
+        self.encode(buf)
+            .map_err(|_| crate::EncodeError::InvalidMessage)
+    }
+
+    fn encode(&self, buf: &mut [u8]) -> Result<usize, Short> {
         let mut w = Writer::new(buf);
         match self {
             Message::DeviceInfo(i) => encode_info(i, &mut w)?,

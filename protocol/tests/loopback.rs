@@ -229,7 +229,7 @@ fn decode_chunked(
     DecodeStats,
     usize,
 ) {
-    let mut dec = Decoder::<MAX_WIRE_FRAME>::new();
+    let mut dec = Decoder::<MAX_ENCODED_FRAME>::new();
     let (mut frames, mut errors) = (Vec::new(), Vec::new());
     let mut pos = 0;
     for &size in sizes.iter().cycle() {
@@ -257,7 +257,7 @@ fn own(m: Message<'_>) -> Message<'static> {
     let n = cobs::decode_in_place(raw).unwrap();
     let raw: &'static [u8] = &raw[..n];
     // Re-run through a fresh decoder whose buffer we leak.
-    let dec: &'static mut Decoder<MAX_WIRE_FRAME> = Box::leak(Box::new(Decoder::new()));
+    let dec: &'static mut Decoder<MAX_ENCODED_FRAME> = Box::leak(Box::new(Decoder::new()));
     let mut input = wire;
     let msg = dec.next(&mut input).unwrap().unwrap().message;
     assert!(raw.len() >= HEADER_LEN + CRC_LEN);
@@ -470,12 +470,14 @@ fn unknown_types_are_skipped_and_malformed_payloads_rejected() {
             FrameError::Malformed {
                 msg_type: 0x83,
                 seq: 1,
-                len: 3
+                len: 3,
+                request_id: Some(3),
             },
             FrameError::Malformed {
                 msg_type: 0x03,
                 seq: 3,
-                len: 22
+                len: 22,
+                request_id: None,
             },
         ]
     );
@@ -490,7 +492,7 @@ fn garbage_and_oversized_runs_resynchronise_at_the_next_delimiter() {
     wire.push(0);
     wire.extend([1, 2, 3, 0]); // short garbage
     wire.extend(&good);
-    let mut dec = Decoder::<MAX_WIRE_FRAME>::new();
+    let mut dec = Decoder::<MAX_ENCODED_FRAME>::new();
     let mut errors = Vec::new();
     let mut got = Vec::new();
     for piece in wire.chunks(333) {
@@ -509,7 +511,7 @@ fn garbage_and_oversized_runs_resynchronise_at_the_next_delimiter() {
         vec![
             FrameError::Oversized {
                 len: 5000,
-                max: MAX_WIRE_FRAME
+                max: MAX_ENCODED_FRAME
             },
             FrameError::TooShort { len: 2 }, // COBS `01 02 03` decodes to `00 03`
         ]

@@ -34,6 +34,10 @@ fn vectors() -> Vec<(&'static str, u32, Message<'static>)> {
         .unwrap(),
     };
     const CODES: &[u8] = &[0x00, 0x01, 0x34, 0x12, 0xFF, 0xFF, 0x00, 0x80];
+    // (-5, 12000), (7, 11990)
+    const AVERAGED: &[u8] = &[0xFB, 0xFF, 0xE0, 0x2E, 0x07, 0x00, 0xD6, 0x2E];
+    let long_text: &'static str =
+        Box::leak(format!("Δt = 5 µs{}", "x".repeat(290)).into_boxed_str());
     vec![
         ("DeviceInfo", 0, Message::DeviceInfo(info)),
         (
@@ -47,6 +51,19 @@ fn vectors() -> Vec<(&'static str, u32, Message<'static>)> {
                 averaging: 1,
                 sample_count: 2,
                 codes: Codes::from_le_bytes(CODES).unwrap(),
+            }),
+        ),
+        (
+            "SampleBlock (averaged)",
+            9,
+            Message::SampleBlock(SampleBlock {
+                first_index: 7,
+                first_tick: 23_520,
+                period_ticks: 3360,
+                channel_mask: 0x84,
+                averaging: 4,
+                sample_count: 2,
+                codes: Codes::from_le_bytes(AVERAGED).unwrap(),
             }),
         ),
         (
@@ -68,7 +85,7 @@ fn vectors() -> Vec<(&'static str, u32, Message<'static>)> {
                 rising: false,
                 edge_count: 1,
                 tick: 42,
-                sample_index: 0,
+                sample_index: u64::MAX,
             }),
         ),
         (
@@ -80,7 +97,7 @@ fn vectors() -> Vec<(&'static str, u32, Message<'static>)> {
                 dropped_queue_full: 0,
                 dropped_link: 62,
                 dropped_adc: 0,
-                frames_sent: 16_130,
+                frames_sent: 5,
                 frames_rejected: 1,
                 edges_dropped: 0,
                 queue_high_water: 17,
@@ -121,6 +138,14 @@ fn vectors() -> Vec<(&'static str, u32, Message<'static>)> {
             Message::Log(Log {
                 level: LogLevel::Info,
                 text: "boot ok",
+            }),
+        ),
+        (
+            "Log (long, UTF-8)",
+            10,
+            Message::Log(Log {
+                level: LogLevel::Warn,
+                text: long_text,
             }),
         ),
         ("GetInfo", 0, Message::GetInfo { request_id: 1 }),
@@ -233,7 +258,7 @@ fn spec_vectors_match_byte_for_byte() {
             _ => mismatches += 1,
         }
         // And the SPEC bytes decode back to the message.
-        let mut dec = Decoder::<MAX_WIRE_FRAME>::new();
+        let mut dec = Decoder::<MAX_ENCODED_FRAME>::new();
         let mut input = &wire[..];
         let frame = dec.next(&mut input).unwrap().unwrap();
         assert_eq!((frame.seq, &frame.message), (*seq, msg), "{name}");
