@@ -223,6 +223,13 @@ impl<'a, const Q: usize, const E: usize> Device<'a, Q, E> {
         }
     }
 
+    /// Queues a line of text for the host (dropped if the queue is full).
+    pub fn log(&mut self, level: LogLevel, text: &'static str) {
+        if self.free() > CONTROL_RESERVE {
+            self.push(Slot::Log(level, text));
+        }
+    }
+
     /// True while sampling.
     pub fn is_running(&self) -> bool {
         self.running
@@ -416,7 +423,18 @@ impl<'a, const Q: usize, const E: usize> Device<'a, Q, E> {
                     msg_type,
                     request_id,
                     ..
-                })) => Some(Command::Malformed {
+                })) if MessageType::from_u8(msg_type).is_some_and(MessageType::is_command) => {
+                    Some(Command::Malformed {
+                        msg_type,
+                        request_id: request_id.unwrap_or(0),
+                    })
+                }
+                // Not a command, whether or not its payload parses (SPEC §4.6).
+                Some(Err(FrameError::Malformed {
+                    msg_type,
+                    request_id,
+                    ..
+                })) => Some(Command::Unknown {
                     msg_type,
                     request_id: request_id.unwrap_or(0),
                 }),
@@ -478,6 +496,9 @@ impl<'a, const Q: usize, const E: usize> Device<'a, Q, E> {
                     || c.channel_mask & !present != 0
                     || c.averaging == 0
                     || c.averaging > MAX_AVERAGING
+                    || u64::from(self.desc.tick_hz / c.sample_rate_hz.max(1))
+                        * u64::from(c.averaging)
+                        > u64::from(u32::MAX)
                 {
                     ResultCode::InvalidArgument
                 } else {

@@ -40,12 +40,19 @@ pub trait SampleSource {
     /// Converts all channels once. Called from the sample-timer interrupt: must finish in
     /// bounded time.
     fn convert(&mut self) -> Result<[i16; CHANNELS], Self::Error>;
+    /// Called by the sampler at the first conversion of each run (after Start). A real
+    /// ADC needs nothing; the test signal starts over, so its codes follow the run's
+    /// sample index.
+    fn restart(&mut self) {}
 }
 
 impl<S: SampleSource + ?Sized> SampleSource for &mut S {
     type Error = S::Error;
     fn convert(&mut self) -> Result<[i16; CHANNELS], Self::Error> {
         (**self).convert()
+    }
+    fn restart(&mut self) {
+        (**self).restart()
     }
 }
 

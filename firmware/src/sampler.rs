@@ -131,6 +131,7 @@ impl<'a, S: SampleSource, const Q: usize> Sampler<'a, S, Q> {
             self.generation = generation;
             self.index = 0;
             self.count = 0;
+            self.source.restart();
         }
         if self.count == 0 {
             self.first_tick = tick;
@@ -153,7 +154,11 @@ impl<'a, S: SampleSource, const Q: usize> Sampler<'a, S, Q> {
         let sample = Sample {
             index: self.index,
             tick: self.first_tick,
-            codes: self.sums.map(|s| mean_rounded(s, n)),
+            codes: if n == 1 {
+                self.sums.map(|s| s as i16) // one conversion: the sum is the code
+            } else {
+                self.sums.map(|s| mean_rounded(s, n))
+            },
         };
         self.index += 1;
         self.count = 0;
@@ -204,12 +209,7 @@ impl<'a, const E: usize> EdgeCapture<'a, E> {
 
     /// An edge on input `line` captured at `tick`.
     pub fn on_edge(&mut self, line: u8, rising: bool, tick: u64) {
-        let generation = self.shared.generation.load(Ordering::Acquire);
-        if generation != self.generation {
-            self.generation = generation;
-            self.counts = [0; TRIGGER_INPUTS];
-        }
-        let Some(count) = self.counts.get_mut(usize::from(line)) else {
+        let Some(count) = self.count(line) else {
             // A line the core has no counter for is a board wiring error: count it lost.
             self.shared.edges_dropped.fetch_add(1, Ordering::Relaxed);
             return;
@@ -224,6 +224,24 @@ impl<'a, const E: usize> EdgeCapture<'a, E> {
         if self.out.enqueue(edge).is_err() {
             self.shared.edges_dropped.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// An edge on input `line` that the hardware lost (an input capture overwritten
+    /// before it was read): counted in the line's edge count and as dropped.
+    pub fn lost(&mut self, line: u8) {
+        if let Some(count) = self.count(line) {
+            *count = count.wrapping_add(1);
+        }
+        self.shared.edges_dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn count(&mut self, line: u8) -> Option<&mut u32> {
+        let generation = self.shared.generation.load(Ordering::Acquire);
+        if generation != self.generation {
+            self.generation = generation;
+            self.counts = [0; TRIGGER_INPUTS];
+        }
+        self.counts.get_mut(usize::from(line))
     }
 }
 

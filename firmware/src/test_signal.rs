@@ -1,7 +1,7 @@
 //! A deterministic signal in place of the ADC, for boards without one (QEMU) and for
 //! tests. DeviceInfo reports it with the `TEST_SIGNAL` flag.
 //!
-//! Conversion `n` (counted from power-on of the source) gives channel `c` the code
+//! Conversion `n` (counted from the start of the run) gives channel `c` the code
 //! `test_code(c, n)`: a sawtooth that climbs by `64 × (c + 1)` per conversion and wraps in
 //! the i16 range, so a host can check every sample exactly and see any gap or swap.
 
@@ -24,14 +24,21 @@ impl TestSignal {
     pub fn new() -> Self {
         Self::default()
     }
-    /// Conversions made so far.
+    /// Conversions made so far in this run.
     pub fn conversions(&self) -> u64 {
         self.n
+    }
+    /// Starts over at conversion 0.
+    pub fn restart(&mut self) {
+        self.n = 0;
     }
 }
 
 impl SampleSource for TestSignal {
     type Error = ErrorKind;
+    fn restart(&mut self) {
+        TestSignal::restart(self);
+    }
     fn convert(&mut self) -> Result<[i16; CHANNELS], ErrorKind> {
         let n = self.n;
         self.n += 1;

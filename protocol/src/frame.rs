@@ -91,8 +91,8 @@ pub enum FrameError {
         seq: u32,
         /// Payload length.
         len: usize,
-        /// For a command type (0x80 and up), the payload's first two bytes: the request id
-        /// every command begins with, so the device can answer it.
+        /// The payload's first two bytes, if it has two: for a command, the request id
+        /// every command begins with, so the device can answer it (SPEC.md §4.6).
         request_id: Option<u16>,
     },
 }
@@ -405,7 +405,7 @@ fn parse(encoded: &mut [u8]) -> Result<Frame<'_>, FrameError> {
         seq,
         len: payload.len(),
         request_id: match payload {
-            [a, b, ..] if msg_type & 0x80 != 0 => Some(u16::from_le_bytes([*a, *b])),
+            [a, b, ..] => Some(u16::from_le_bytes([*a, *b])),
             _ => None,
         },
     })?;

@@ -761,7 +761,11 @@ fn bool_u8(b: u8) -> Result<bool, Short> {
 
 fn check_block(b: &SampleBlock<'_>) -> Result<(), Short> {
     let expected = usize::from(b.sample_count) * b.channel_count();
-    if b.codes.len() != expected || b.codes.as_bytes().len() % 2 != 0 || b.averaging == 0 {
+    if b.codes.len() != expected
+        || b.codes.as_bytes().len() % 2 != 0
+        || b.averaging == 0
+        || b.channel_mask == 0
+    {
         return Err(Short);
     }
     Ok(())

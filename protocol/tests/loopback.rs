@@ -477,7 +477,7 @@ fn unknown_types_are_skipped_and_malformed_payloads_rejected() {
                 msg_type: 0x03,
                 seq: 3,
                 len: 22,
-                request_id: None,
+                request_id: Some(0x0700), // the payload's first two bytes
             },
         ]
     );

@@ -82,7 +82,7 @@ fn vectors() -> Vec<(&'static str, u32, Message<'static>)> {
             3,
             Message::TriggerEdge(TriggerEdge {
                 line: OUTPUT_LINE,
-                rising: false,
+                rising: true,
                 edge_count: 1,
                 tick: 42,
                 sample_index: u64::MAX,

@@ -55,7 +55,8 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-"${QEMU:-qemu-system-arm}" "${args[@]}" "$@" </dev/null >"$workdir/qemu.out" 2>&1 &
+: >"$workdir/qemu.out" # exists before QEMU starts, for the polling below
+"${QEMU:-qemu-system-arm}" "${args[@]}" "$@" </dev/null >>"$workdir/qemu.out" 2>&1 &
 qemu_pid=$!
 
 # QEMU prints "char device redirected to /dev/pts/N (label serial0)" when it opens the pty.

@@ -10,6 +10,7 @@
 //! - QEMU's timers (hw/timer/stm32f2xx_timer.c) count at [`TICK_HZ`] = 1 GHz of virtual
 //!   time whatever the clock tree says, regardless of ARR (CNT never resets at the update
 //!   event), and interrupt every `ARR` ticks instead of `ARR + 1`; see [`SampleTimer`].
+//! - QEMU does not map the unique-id area (reading it faults): it is not read.
 //!
 //! The timers are set up so that the same register sequence is correct on both: PSC is
 //! left at its reset value 0 and CNT and EGR are never written (on QEMU each of those
@@ -34,12 +35,13 @@ pub const HCLK_HZ: u32 = 168_000_000;
 #[cfg(not(feature = "qemu"))]
 pub const TICK_HZ: u32 = 84_000_000;
 /// Rate of the tick clock (TIM5) under QEMU 7.2: its timer model counts at a fixed
-/// 1 GHz of virtual time (`clock-frequency` property, not set by the SoC) / (PSC + 1). With
-/// `-icount shift=3` one instruction is 8 ns of virtual time: 8 ticks per instruction.
+/// 1 GHz of virtual time / (PSC + 1) (measured by the boot clock check: 6241624 ticks in
+/// 2^20 SysTick cycles at 168 MHz). With `-icount shift=3` one instruction is 8 ns of
+/// virtual time: 8 ticks per instruction.
 #[cfg(feature = "qemu")]
 pub const TICK_HZ: u32 = 1_000_000_000;
 
-/// USART1 rate on silicon (APB2 = 84 MHz; 84 MHz / (16 × 921600) = 5.697, 0.04 % off).
+/// USART1 rate on silicon (APB2 84 MHz: BRR 91, 923077 baud, 0.16 % fast).
 /// QEMU ignores it: its USART moves bytes as fast as the host's pseudo-terminal takes them.
 pub const USART1_BAUD: u32 = 921_600;
 const APB2_HZ: u32 = 84_000_000;
@@ -60,6 +62,12 @@ pub struct Board {
     pub sampler: SampleTimer,
     /// The host link.
     pub serial: Serial,
+    /// The trigger outputs.
+    pub outputs: TriggerOutputs,
+    /// What samples: the AD7606, or the test signal where it did not answer.
+    pub source: crate::adc::Source,
+    /// Why the ADC is not used, if it is not.
+    pub adc_error: Option<railtrace_firmware::ErrorKind>,
     /// The STM32 unique device id as 24 hex digits; `None` under QEMU (it does not map
     /// the system memory that holds it, and reading it there faults).
     pub unique_id: Option<[u8; 24]>,
@@ -76,20 +84,31 @@ impl Board {
     /// If called twice (the peripherals are taken).
     pub fn init() -> Board {
         #[allow(clippy::unwrap_used)] // first and only take, at boot: cannot fail
-        let (cp, dp) = (cortex_m::Peripherals::take().unwrap(), pac::Peripherals::take().unwrap());
+        let (cp, dp) = (
+            cortex_m::Peripherals::take().unwrap(),
+            pac::Peripherals::take().unwrap(),
+        );
         let mut nvic = cp.NVIC;
 
         #[cfg(not(feature = "qemu"))]
         clocks_168mhz(&dp.RCC, &dp.FLASH);
 
-        dp.RCC.apb1enr().modify(|_, w| w.tim2en().set_bit().tim5en().set_bit());
+        dp.RCC
+            .apb1enr()
+            .modify(|_, w| w.tim2en().set_bit().tim5en().set_bit());
         dp.RCC.apb2enr().modify(|_, w| w.usart1en().set_bit());
-        dp.RCC.ahb1enr().modify(|_, w| w.gpioaen().set_bit());
+        dp.RCC
+            .ahb1enr()
+            .modify(|_, w| w.gpioaen().set_bit().gpiocen().set_bit());
         cortex_m::asm::dsb(); // the enables take effect before the first peripheral access
 
+        #[cfg(not(feature = "qemu"))]
+        capture_inputs(&dp.TIM5, &dp.GPIOA);
         let clock = TickClock::start(dp.TIM5);
+        let outputs = TriggerOutputs::new(dp.GPIOC);
         let clock_check_ticks = clock_check(cp.SYST);
         let serial = Serial::init(dp.USART1, &dp.GPIOA, APB2_HZ, USART1_BAUD);
+        let (source, adc_error) = crate::adc::probe(&dp.RCC, &dp.GPIOA, &dp.GPIOB, dp.SPI1);
         let sampler = SampleTimer::new(dp.TIM2);
 
         // SAFETY: the handlers' shared state lives in critical-section mutexes and atomics,
@@ -103,7 +122,16 @@ impl Board {
             NVIC::unmask(Interrupt::TIM5);
         }
 
-        Board { clock, sampler, serial, unique_id: unique_id(), clock_check_ticks }
+        Board {
+            clock,
+            sampler,
+            serial,
+            outputs,
+            source,
+            adc_error,
+            unique_id: unique_id(),
+            clock_check_ticks,
+        }
     }
 }
 
@@ -124,17 +152,38 @@ fn clocks_168mhz(rcc: &pac::RCC, flash: &pac::FLASH) {
 
     // SAFETY: M = 4, N = 168, Q = 7 are within the fields' ranges (RM0090 §6.3.2).
     rcc.pllcfgr().write(|w| unsafe {
-        w.pllsrc().hse().pllm().bits(4).plln().bits(168).pllp().div2().pllq().bits(7)
+        w.pllsrc()
+            .hse()
+            .pllm()
+            .bits(4)
+            .plln()
+            .bits(168)
+            .pllp()
+            .div2()
+            .pllq()
+            .bits(7)
     });
     rcc.cr().modify(|_, w| w.pllon().set_bit());
 
     flash.acr().write(|w| {
-        w.latency().variant(LATENCY::Ws5).prften().set_bit().icen().set_bit().dcen().set_bit()
+        w.latency()
+            .variant(LATENCY::Ws5)
+            .prften()
+            .set_bit()
+            .icen()
+            .set_bit()
+            .dcen()
+            .set_bit()
     });
     while flash.acr().read().latency() != LATENCY::Ws5 {}
 
     rcc.cfgr().modify(|_, w| {
-        w.hpre().variant(cfgr::HPRE::Div1).ppre1().variant(cfgr::PPRE1::Div4).ppre2().variant(cfgr::PPRE1::Div2)
+        w.hpre()
+            .variant(cfgr::HPRE::Div1)
+            .ppre1()
+            .variant(cfgr::PPRE1::Div4)
+            .ppre2()
+            .variant(cfgr::PPRE1::Div2)
     });
     while rcc.cr().read().pllrdy().bit_is_clear() {}
     rcc.cfgr().modify(|_, w| w.sw().pll());
@@ -164,8 +213,12 @@ fn unique_id() -> Option<[u8; 24]> {
         // SAFETY: the 96-bit unique id is three readable words at UID_BASE (RM0090 §39.1).
         let id = unsafe { core::ptr::read_volatile((UID_BASE + 4 * word) as *const u32) };
         for (i, digit) in hex.iter_mut().skip(8 * word).take(8).enumerate() {
-            let nibble = (id >> (28 - 4 * i)) & 0xF;
-            *digit = b"0123456789abcdef"[nibble as usize];
+            let nibble = ((id >> (28 - 4 * i)) & 0xF) as u8;
+            *digit = if nibble < 10 {
+                b'0' + nibble
+            } else {
+                b'a' + nibble - 10
+            };
         }
     }
     Some(hex)
@@ -195,10 +248,26 @@ pub struct TickClock(());
 
 impl TickClock {
     fn start(tim: pac::TIM5) -> TickClock {
-        tim.dier().write(|w| w.uie().set_bit());
+        // The update interrupt keeps the 64-bit extension; on silicon the capture
+        // interrupts of CH1-CH4 timestamp the trigger inputs (see `capture_inputs`).
+        tim.dier().write(|w| {
+            let w = w.uie().set_bit();
+            if cfg!(feature = "qemu") {
+                w
+            } else {
+                w.ccie(0)
+                    .set_bit()
+                    .ccie(1)
+                    .set_bit()
+                    .ccie(2)
+                    .set_bit()
+                    .ccie(3)
+                    .set_bit()
+            }
+        });
         tim.cr1().write(|w| w.cen().set_bit());
         tim.arr().write(|w| w.arr().set(u32::MAX)); // last: arms QEMU's update alarm
-        core::mem::forget(tim); // owned for ever; read through `raw`
+                                                    // `tim` ends here: TIM5 is never written again, and `raw` only reads CNT.
         TickClock(())
     }
 
@@ -226,10 +295,131 @@ impl TickClock {
 
 #[interrupt]
 fn TIM5() {
-    // SAFETY: clearing UIF is the only write to TIM5 after `start`; SR's other flags are
-    // write-0-to-clear and left alone by `write`.
-    unsafe { (*pac::TIM5::ptr()).sr().write(|w| w.uif().clear()) };
-    TickClock(()).now();
+    // SAFETY: TIM5 is written after `start` only here: SR's flags are write-0-to-clear,
+    // and a write of all ones but one flag clears that flag alone. CCRx are read-only in
+    // input mode; reading one clears its CCxIF.
+    let tim = unsafe { &*pac::TIM5::ptr() };
+    let sr = tim.sr().read();
+    if sr.uif().bit_is_set() {
+        tim.sr().write(|w| unsafe { w.bits(!1) });
+    }
+    let now = TickClock(()).now();
+    #[cfg(not(feature = "qemu"))]
+    for n in 0..4u8 {
+        if sr.ccif(n).bit_is_clear() {
+            continue;
+        }
+        let captured = tim.ccr(usize::from(n)).read().bits();
+        let overcaptured = sr.ccof(n).bit_is_set();
+        if overcaptured {
+            tim.sr().write(|w| unsafe { w.bits(!(1 << (9 + n))) });
+        }
+        // The capture happened at most one wrap ago: count back from now.
+        let tick = now - u64::from((now as u32).wrapping_sub(captured));
+        // SAFETY: a read of IDR, no side effect. The level just after the edge gives its
+        // polarity (both edges are captured); a pulse shorter than this interrupt's
+        // latency reads wrong, which the README states.
+        let rising = unsafe { (*pac::GPIOA::ptr()).idr().read().idr(n).bit_is_set() };
+        if let Some(handler) = critical_section::with(|cs| EDGE_HANDLER.borrow(cs).get()) {
+            handler(Capture {
+                line: n,
+                rising,
+                tick,
+                overcaptured,
+            });
+        }
+    }
+    let _ = now;
+}
+
+// ------------------------------------------------------------------------------------
+// Trigger lines: inputs captured by TIM5 CH1-CH4, outputs on GPIOC
+// ------------------------------------------------------------------------------------
+
+/// Trigger inputs: PA0-PA3, TIM5 CH1-CH4 (AF2), both edges.
+pub const TRIGGER_INPUTS: u8 = 4;
+/// Trigger outputs: PC0 and PC1, push-pull, low at reset.
+pub const TRIGGER_OUTPUTS: u8 = 2;
+
+/// One captured edge of a trigger input.
+#[derive(Debug, Clone, Copy)]
+pub struct Capture {
+    /// Input line, 0-3 (PA0-PA3).
+    pub line: u8,
+    /// Rising edge (the pin read high just after it).
+    pub rising: bool,
+    /// Tick of the edge, captured by the timer in hardware.
+    pub tick: u64,
+    /// An earlier edge on this line was overwritten before it was read: it is lost.
+    pub overcaptured: bool,
+}
+
+#[cfg_attr(feature = "qemu", allow(dead_code))] // QEMU: no capture, no edges
+static EDGE_HANDLER: EdgeSlot = Mutex::new(Cell::new(None));
+type EdgeSlot = Mutex<Cell<Option<fn(Capture)>>>;
+
+#[cfg_attr(feature = "qemu", allow(dead_code))]
+/// Calls `handler` from the capture interrupt for every trigger-input edge.
+pub fn on_trigger_edge(handler: fn(Capture)) {
+    critical_section::with(|cs| EDGE_HANDLER.borrow(cs).set(Some(handler)));
+}
+
+/// TIM5 CH1-CH4 as input captures of TI1-TI4 on both edges, PA0-PA3 in AF2. Silicon
+/// only: QEMU models no input capture (nor GPIO), so the image's self-test raises edges
+/// there instead.
+#[cfg(not(feature = "qemu"))]
+fn capture_inputs(tim: &pac::TIM5, gpioa: &pac::GPIOA) {
+    gpioa
+        .afrl()
+        .modify(|_, w| w.afrl0().af2().afrl1().af2().afrl2().af2().afrl3().af2());
+    gpioa.moder().modify(|_, w| {
+        w.moder0()
+            .alternate()
+            .moder1()
+            .alternate()
+            .moder2()
+            .alternate()
+            .moder3()
+            .alternate()
+    });
+    tim.ccmr1_input().write(|w| w.cc1s().ti1().cc2s().ti2());
+    tim.ccmr2_input().write(|w| w.cc3s().ti3().cc4s().ti4());
+    tim.ccer().write(|w| {
+        w.cc1e().set_bit().cc1p().set_bit().cc1np().set_bit();
+        w.cc2e().set_bit().cc2p().set_bit().cc2np().set_bit();
+        w.cc3e().set_bit().cc3p().set_bit().cc3np().set_bit();
+        w.cc4e().set_bit().cc4p().set_bit().cc4np().set_bit()
+    });
+}
+
+/// The trigger outputs, PC0 and PC1.
+#[derive(Debug)]
+pub struct TriggerOutputs {
+    gpio: pac::GPIOC,
+}
+
+impl TriggerOutputs {
+    fn new(gpio: pac::GPIOC) -> TriggerOutputs {
+        gpio.bsrr().write(|w| w.br(0).set_bit().br(1).set_bit());
+        gpio.moder()
+            .modify(|_, w| w.moder0().output().moder1().output());
+        TriggerOutputs { gpio }
+    }
+
+    /// Drives output `line` (0 or 1); `false` for a line that does not exist.
+    pub fn set(&mut self, line: u8, high: bool) -> bool {
+        if line >= TRIGGER_OUTPUTS {
+            return false;
+        }
+        self.gpio.bsrr().write(|w| {
+            if high {
+                w.bs(line).set_bit()
+            } else {
+                w.br(line).set_bit()
+            }
+        });
+        true
+    }
 }
 
 // ------------------------------------------------------------------------------------
@@ -237,7 +427,8 @@ fn TIM5() {
 // ------------------------------------------------------------------------------------
 
 /// The function the sample interrupt calls.
-static SAMPLE_HANDLER: Mutex<Cell<Option<fn()>>> = Mutex::new(Cell::new(None));
+static SAMPLE_HANDLER: HandlerSlot = Mutex::new(Cell::new(None));
+type HandlerSlot = Mutex<Cell<Option<fn()>>>;
 
 /// QEMU's timer interrupts every ARR ticks, silicon every ARR + 1.
 const ARR_EXTRA: u32 = if cfg!(feature = "qemu") { 0 } else { 1 };

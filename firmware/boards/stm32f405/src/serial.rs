@@ -30,7 +30,9 @@ pub struct Serial {
 
 impl core::fmt::Debug for Serial {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Serial").field("rx_pending", &self.rx.len()).finish_non_exhaustive()
+        f.debug_struct("Serial")
+            .field("rx_pending", &self.rx.len())
+            .finish_non_exhaustive()
     }
 }
 
@@ -42,7 +44,9 @@ impl Serial {
         gpioa.afrh().modify(|_, w| w.afrh9().af7().afrh10().af7());
         gpioa.ospeedr().modify(|_, w| w.ospeedr9().high_speed());
         gpioa.pupdr().modify(|_, w| w.pupdr10().pull_up()); // idle-high RX if unplugged
-        gpioa.moder().modify(|_, w| w.moder9().alternate().moder10().alternate());
+        gpioa
+            .moder()
+            .modify(|_, w| w.moder9().alternate().moder10().alternate());
 
         #[allow(clippy::unwrap_used)] // first and only call, from `Board::init`
         let queue: &'static mut RxQueue = cortex_m::singleton!(: RxQueue = Queue::new()).unwrap();
@@ -55,7 +59,16 @@ impl Serial {
         usart.brr().write(|w| unsafe { w.bits(brr) });
         usart.cr2().reset(); // 1 stop bit
         usart.cr3().reset(); // no flow control, no DMA
-        usart.cr1().write(|w| w.ue().set_bit().te().set_bit().re().set_bit().rxneie().set_bit());
+        usart.cr1().write(|w| {
+            w.ue()
+                .set_bit()
+                .te()
+                .set_bit()
+                .re()
+                .set_bit()
+                .rxneie()
+                .set_bit()
+        });
         Serial { usart, rx }
     }
 
@@ -79,7 +92,10 @@ fn USART1() {
             RX_LOST.fetch_add(1, Ordering::Relaxed);
         }
         let queued = critical_section::with(|cs| {
-            RX_PRODUCER.borrow_ref_mut(cs).as_mut().is_some_and(|p| p.enqueue(byte).is_ok())
+            RX_PRODUCER
+                .borrow_ref_mut(cs)
+                .as_mut()
+                .is_some_and(|p| p.enqueue(byte).is_ok())
         });
         if !queued {
             RX_LOST.fetch_add(1, Ordering::Relaxed);
