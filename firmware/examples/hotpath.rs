@@ -169,4 +169,10 @@ fn main() {
         "{n} samples of 8 channels: {arrived} arrived, {} bytes on the link",
         link.output.len()
     );
+    println!(
+        "state: Device {} bytes, Sampler {} bytes, sample queue {} bytes (host sizes)",
+        size_of::<Device<'_, 256, 32>>(),
+        size_of::<Sampler<'_, TestSignal, 256>>(),
+        size_of::<Queue<Sample, 256>>()
+    );
 }

@@ -248,14 +248,17 @@ impl<'a, const Q: usize, const E: usize> Device<'a, Q, E> {
     {
         let now = board.now();
         self.now = now;
-        self.collect_samples(now);
+        // In order of priority, so that a device that cannot keep up still answers
+        // commands and reports edges and status: sample blocks take what slots are left
+        // and are dropped, counted, when there are none.
+        self.receive(board, link)?;
         self.collect_edges(now);
         self.end_pulses(board);
         if self.running && now >= self.next_status_tick && self.free() > CONTROL_RESERVE {
             self.push(Slot::Status);
             self.next_status_tick = now + u64::from(self.desc.tick_hz);
         }
-        self.receive(board, link)?;
+        self.collect_samples(now);
         self.transmit(board, link)
     }
 
@@ -338,7 +341,7 @@ impl<'a, const Q: usize, const E: usize> Device<'a, Q, E> {
         let waiting = self.running
             && self.t0.is_none()
             && now.saturating_sub(self.run_start_tick) < u64::from(self.desc.tick_hz / 100);
-        while !waiting && self.free() > 1 {
+        while !waiting && self.free() > CONTROL_RESERVE {
             let Some(e) = self.queues.edges.dequeue() else {
                 break;
             };
@@ -384,7 +387,7 @@ impl<'a, const Q: usize, const E: usize> Device<'a, Q, E> {
             let Some(Some(due)) = self.pulses.get(line).copied() else {
                 continue;
             };
-            if board.now() >= due && self.free() > 1 {
+            if board.now() >= due && self.free() > CONTROL_RESERVE {
                 let high = !self.out_levels.get(line).copied().unwrap_or(false);
                 // A failure here cannot be answered (the command was acknowledged): the
                 // line keeps its level and the missing edge shows it.
@@ -586,6 +589,12 @@ impl<'a, const Q: usize, const E: usize> Device<'a, Q, E> {
     fn start<B: Board>(&mut self, board: &mut B) -> ResultCode {
         if self.running {
             return ResultCode::Ok;
+        }
+        if self.config.rate_hz == 0 {
+            return ResultCode::UnsupportedRate;
+        }
+        if self.config.mask == 0 {
+            return ResultCode::InvalidArgument;
         }
         while self.queues.samples.dequeue().is_some() {}
         let period = match board.start_sampling(self.config.rate_hz) {

@@ -248,9 +248,12 @@ impl Host {
 /// Runs the board for `ticks` device ticks: the sample interrupt at the sampling rate,
 /// the main loop every `poll_every` samples.
 macro_rules! rig {
-    ($source:expr, |$rig:ident| $body:block) => {{
+    ($source:expr, |$rig:ident| $body:block) => {
+        rig!($source, 64, |$rig| $body)
+    };
+    ($source:expr, $queue:literal, |$rig:ident| $body:block) => {{
         let shared = Shared::new();
-        let mut sq: Queue<Sample, 64> = Queue::new();
+        let mut sq: Queue<Sample, $queue> = Queue::new();
         let mut eq: Queue<Edge, 8> = Queue::new();
         let (sp, sc) = sq.split();
         let (ep, ec) = eq.split();
@@ -275,17 +278,17 @@ macro_rules! rig {
     }};
 }
 
-struct Rig<'a, S: SampleSource> {
-    sampler: Sampler<'a, S, 64>,
+struct Rig<'a, S: SampleSource, const Q: usize> {
+    sampler: Sampler<'a, S, Q>,
     capture: EdgeCapture<'a, 8>,
-    device: Device<'a, 64, 8>,
+    device: Device<'a, Q, 8>,
     board: FakeBoard,
     link: MemLink,
     host: Host,
     poll_every: u64,
 }
 
-impl<S: SampleSource> Rig<'_, S> {
+impl<S: SampleSource, const Q: usize> Rig<'_, S, Q> {
     fn poll(&mut self) {
         self.device.poll(&mut self.board, &mut self.link).unwrap();
         self.host.receive(&mut self.link);
@@ -775,5 +778,51 @@ fn calibration_is_stored_and_reported_or_the_old_one_kept() {
             Host::result_for(&rig.command(absent), 6),
             ResultCode::InvalidArgument
         );
+    });
+}
+
+#[test]
+fn an_overloaded_device_still_answers_commands_and_reports_edges() {
+    // The main loop is too slow for the samples: each poll finds more than the transmit
+    // slots can take (5 blocks of 62 samples) and an edge. Commands, edges and status
+    // come first; the blocks that do not fit are dropped, counted.
+    rig!(TestSignal::new(), 512, |rig| {
+        rig.command(configure(1, 100_000, 0xFF, 1));
+        rig.command(Message::Start { request_id: 2 });
+        rig.poll_every = 400;
+        let mut edges_raised = 0u64;
+        let mut send_at = 3;
+        let mut answered = 0;
+        for i in 0..20u64 {
+            for _ in 0..400 {
+                rig.board.now += 840;
+                rig.sampler.on_tick(rig.board.now);
+            }
+            let t = rig.board.now;
+            rig.capture.on_edge(1, i % 2 == 0, t);
+            edges_raised += 1;
+            if i == send_at {
+                rig.host
+                    .send(&mut rig.link, &Message::GetStatus { request_id: 3 });
+                send_at = u64::MAX;
+            }
+            rig.poll();
+            if rig
+                .host
+                .got
+                .iter()
+                .any(|(_, r)| matches!(r, Rx::Result(c) if c.request_id == 3))
+            {
+                answered += 1;
+            }
+        }
+        assert!(answered > 0, "GetStatus answered while overloaded");
+        let got = rig.command(Message::Stop { request_id: 4 });
+        let all: Vec<Rx> = [rig.host.take(), got].concat();
+        let s = last_status(&all);
+        assert!(s.dropped_link > 0, "{s:?}");
+        let edges = all.iter().filter(|r| matches!(r, Rx::Edge(_))).count() as u64;
+        assert_eq!(edges + u64::from(s.edges_dropped), edges_raised);
+        assert_eq!(edges, edges_raised, "edges take slots before sample blocks");
     });
 }

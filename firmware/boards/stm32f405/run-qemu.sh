@@ -12,7 +12,6 @@
 #   --no-build  boot the image as last built.
 #
 # Environment:
-#   RAILTRACE_SAMPLE_HZ  sample rate built into the image (default 10000)
 #   ICOUNT               QEMU -icount setting (default shift=3,sleep=off: 8 ns of virtual
 #                        time per instruction, repeatable timing, no idle sleeping)
 #   QEMU                 the emulator (default qemu-system-arm)

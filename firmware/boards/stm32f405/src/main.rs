@@ -202,10 +202,9 @@ static CHANNEL_SPECS: [ChannelSpec; CHANNELS] = {
 /// Rates with the ADC: a blocking conversion and 16-byte read take about 10 µs at 21 MHz
 /// SCLK, so 50 kS/s is the most this image sustains until the read moves to DMA.
 static ADC_RATES: [u32; 6] = [1_000, 2_000, 5_000, 10_000, 20_000, 50_000];
-/// Rates with the test signal.
-static TEST_RATES: [u32; 8] = [
-    1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000,
-];
+/// Rates with the test signal. At 200 kHz under QEMU the sample interrupt alone takes
+/// the whole period and the main loop (so the host link) stops: not offered.
+static TEST_RATES: [u32; 7] = [1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000];
 
 #[cfg(feature = "qemu")]
 const BOARD_NAME: &str = "stm32f405 (qemu netduinoplus2)";
