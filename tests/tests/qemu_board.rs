@@ -206,4 +206,25 @@ async fn firmware_image_streams_the_test_signal_and_answers_every_command() {
         (dev.seq.lost, dev.seq.duplicates, dev.rejected() - bad_only),
         (0, 0, 0)
     );
+
+    // Calibration goes to flash, which QEMU does not model: the write is reported as a
+    // storage fault (never as stored), and the device carries on.
+    let cal = WriteCalibration {
+        request_id: 8,
+        channel: 0,
+        scale: 0.5,
+        offset: 0.0,
+    };
+    let got = dev
+        .command(&Message::WriteCalibration(cal), T)
+        .await
+        .unwrap();
+    assert_eq!(result_of(&got, 8), Some(ResultCode::StorageFault));
+    let got = dev
+        .command(&Message::GetInfo { request_id: 9 }, T)
+        .await
+        .unwrap();
+    assert!(
+        matches!(got.first(), Some(Rx::Info { flags, .. }) if flags & FLAG_CALIBRATION_STORED == 0)
+    );
 }

@@ -68,6 +68,8 @@ pub struct Board {
     pub source: crate::adc::Source,
     /// Why the ADC is not used, if it is not.
     pub adc_error: Option<railtrace_firmware::ErrorKind>,
+    /// The flash controller, for the calibration record.
+    pub flash: pac::FLASH,
     /// The STM32 unique device id as 24 hex digits; `None` under QEMU (it does not map
     /// the system memory that holds it, and reading it there faults).
     pub unique_id: Option<[u8; 24]>,
@@ -129,6 +131,7 @@ impl Board {
             outputs,
             source,
             adc_error,
+            flash: dp.FLASH,
             unique_id: unique_id(),
             clock_check_ticks,
         }

@@ -19,6 +19,7 @@
 mod adc;
 mod board;
 mod serial;
+mod storage;
 
 use core::cell::RefCell;
 
@@ -106,6 +107,7 @@ struct Hw {
     clock: TickClock,
     timer: SampleTimer,
     outputs: TriggerOutputs,
+    flash: stm32f4::stm32f405::FLASH,
 }
 
 impl railtrace_firmware::Board for Hw {
@@ -127,10 +129,8 @@ impl railtrace_firmware::Board for Hw {
             Err(ErrorKind::Unsupported)
         }
     }
-    /// Calibration in flash is not implemented yet: WriteCalibration answers
-    /// `StorageFault` and the defaults stay.
-    fn store_calibration(&mut self, _: &[Calibration; CHANNELS]) -> Result<(), ErrorKind> {
-        Err(ErrorKind::Storage)
+    fn store_calibration(&mut self, c: &[Calibration; CHANNELS]) -> Result<(), ErrorKind> {
+        storage::store(&self.flash, c)
     }
 }
 
@@ -222,6 +222,7 @@ fn main() -> ! {
         adc_error,
         unique_id,
         clock_check_ticks,
+        flash,
     } = board::Board::init();
 
     let test_signal = matches!(source, Source::Test(_));
@@ -276,7 +277,7 @@ fn main() -> ! {
     };
     let mut device = Device::new(
         description,
-        None,
+        storage::load(),
         &SHARED,
         Queues {
             samples: sample_out,
@@ -309,6 +310,7 @@ fn main() -> ! {
         clock,
         timer,
         outputs,
+        flash,
     };
     // A leading delimiter: a host attached mid-stream resynchronises at once.
     let _ = embedded_io::Write::write(&mut serial, &[0]);
