@@ -15,7 +15,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 /// A received message, copied out of the decoder's buffer.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Rx {
-    /// DeviceInfo: flags, tick rate, sample rates, board name.
+    /// DeviceInfo.
     Info {
         /// `FLAG_*` bits.
         flags: u8,
@@ -25,8 +25,8 @@ pub enum Rx {
         rates: Vec<u32>,
         /// Board name.
         board: String,
-        /// Number of channels.
-        channels: usize,
+        /// Each channel's index, scale and offset.
+        channels: Vec<(u8, f32, f32)>,
     },
     /// A sample block, codes as `[sample][enabled channel]`.
     Block {
@@ -36,6 +36,10 @@ pub enum Rx {
         first_tick: u64,
         /// Ticks between samples.
         period_ticks: u32,
+        /// Enabled channels.
+        mask: u8,
+        /// Conversions averaged into each sample.
+        averaging: u16,
         /// Codes.
         codes: Vec<Vec<i16>>,
     },
@@ -51,13 +55,33 @@ pub enum Rx {
     Log(String),
 }
 
+impl Rx {
+    /// Copies a device message; `None` for a host command.
+    pub fn from_message(m: &Message<'_>) -> Option<Rx> {
+        Some(match m {
+            Message::DeviceInfo(i) => info(i),
+            Message::SampleBlock(b) => block(b),
+            Message::TriggerEdge(e) => Rx::Edge(*e),
+            Message::Status(s) => Rx::Status(*s),
+            Message::TimeSyncReply(t) => Rx::Sync(*t),
+            Message::CommandResult(c) => Rx::Result(*c),
+            Message::Log(l) => Rx::Log(l.text.to_string()),
+            _ => return None,
+        })
+    }
+}
+
 fn info(i: &DeviceInfo<'_>) -> Rx {
     Rx::Info {
         flags: i.flags,
         tick_hz: i.tick_hz,
         rates: i.sample_rates_hz.to_vec(),
         board: i.board.to_string(),
-        channels: i.channels.len(),
+        channels: i
+            .channels
+            .iter()
+            .map(|c| (c.index, c.scale, c.offset))
+            .collect(),
     }
 }
 
@@ -66,6 +90,8 @@ fn block(b: &SampleBlock<'_>) -> Rx {
         first_index: b.first_index,
         first_tick: b.first_tick,
         period_ticks: b.period_ticks,
+        mask: b.channel_mask,
+        averaging: b.averaging,
         codes: (0..usize::from(b.sample_count))
             .map(|s| {
                 (0..b.channel_count())
@@ -141,15 +167,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
             while let Some(r) = self.decoder.next(&mut input) {
                 let Ok(f) = r else { continue };
                 self.seq.observe(f.seq);
-                let rx = match &f.message {
-                    Message::DeviceInfo(i) => info(i),
-                    Message::SampleBlock(b) => block(b),
-                    Message::TriggerEdge(e) => Rx::Edge(*e),
-                    Message::Status(s) => Rx::Status(*s),
-                    Message::TimeSyncReply(t) => Rx::Sync(*t),
-                    Message::CommandResult(c) => Rx::Result(*c),
-                    Message::Log(l) => Rx::Log(l.text.to_string()),
-                    _ => continue,
+                let Some(rx) = Rx::from_message(&f.message) else {
+                    continue;
                 };
                 self.pending.push_back(rx);
             }

@@ -1,1 +1,9 @@
-//! The digital twin of the bench. Empty until issue 4 lands: nothing here works yet.
+//! The digital twin of the bench: the GPU, its power logger, the rig's rails, sensors and
+//! ADC, the microcontroller running the real firmware core, and the serial link, on a real
+//! pseudo-terminal. Work in progress (issue 4).
+pub mod adc;
+pub mod clock;
+pub mod pty;
+pub mod gpu;
+pub mod logger;
+pub mod trace;

@@ -1,4 +1,4 @@
-//! The firmware core end to end on the host: a fake board with a manual clock, an
+//! The firmware core (`railtrace-firmware`) end to end on the host: a fake board with a manual clock, an
 //! in-memory link, the real sampler and device, and a host side that speaks the protocol.
 //! Every scenario checks what a host relies on: contiguous indices, exact test-signal
 //! codes, and every lost sample or frame counted.
@@ -11,6 +11,7 @@ use railtrace_firmware::hw::ErrorKind;
 use railtrace_firmware::test_signal::{test_code, TestSignal};
 use railtrace_firmware::*;
 use railtrace_protocol::*;
+use railtrace_tests::Rx;
 
 const TICK_HZ: u32 = 84_000_000;
 const RATES: &[u32] = &[1_000, 10_000, 100_000];
@@ -150,28 +151,6 @@ impl embedded_io::WriteReady for MemLink {
     }
 }
 
-/// What the host received, owned.
-#[derive(Debug, Clone, PartialEq)]
-enum Rx {
-    Info {
-        flags: u8,
-        channels: Vec<(u8, f32, f32)>,
-    },
-    Block {
-        first_index: u64,
-        first_tick: u64,
-        period_ticks: u32,
-        mask: u8,
-        averaging: u16,
-        codes: Vec<Vec<i16>>,
-    },
-    Edge(TriggerEdge),
-    Status(Status),
-    Sync(TimeSyncReply),
-    Result(CommandResult),
-    Log(String),
-}
-
 struct Host {
     decoder: Decoder,
     seq: SeqTracker,
@@ -199,36 +178,7 @@ impl Host {
         while let Some(r) = self.decoder.next(&mut input) {
             let f = r.expect("the device sends only valid frames");
             self.seq.observe(f.seq);
-            let rx = match f.message {
-                Message::DeviceInfo(i) => Rx::Info {
-                    flags: i.flags,
-                    channels: i
-                        .channels
-                        .iter()
-                        .map(|c| (c.index, c.scale, c.offset))
-                        .collect(),
-                },
-                Message::SampleBlock(b) => Rx::Block {
-                    first_index: b.first_index,
-                    first_tick: b.first_tick,
-                    period_ticks: b.period_ticks,
-                    mask: b.channel_mask,
-                    averaging: b.averaging,
-                    codes: (0..b.sample_count as usize)
-                        .map(|s| {
-                            (0..b.channel_count())
-                                .map(|c| b.code(s, c).unwrap())
-                                .collect()
-                        })
-                        .collect(),
-                },
-                Message::TriggerEdge(e) => Rx::Edge(e),
-                Message::Status(s) => Rx::Status(s),
-                Message::TimeSyncReply(t) => Rx::Sync(t),
-                Message::CommandResult(r) => Rx::Result(r),
-                Message::Log(l) => Rx::Log(l.text.to_string()),
-                other => panic!("device sent a host message {other:?}"),
-            };
+            let rx = Rx::from_message(&f.message).expect("the device sends device messages");
             self.got.push((f.seq, rx));
         }
     }
@@ -369,7 +319,7 @@ fn info_configure_stream_and_stop() {
         let got = rig.command(Message::GetInfo { request_id: 1 });
         assert_eq!(got[0], Rx::Log("railtrace firmware ready".into()));
         assert!(
-            matches!(&got[1], Rx::Info { flags, channels } if *flags == FLAG_TEST_SIGNAL && channels.len() == 4)
+            matches!(&got[1], Rx::Info { flags, channels, .. } if *flags == FLAG_TEST_SIGNAL && channels.len() == 4)
         );
         assert_eq!(Host::result_for(&got, 1), ResultCode::Ok);
 
@@ -738,7 +688,10 @@ fn calibration_is_stored_and_reported_or_the_old_one_kept() {
         );
         let got = rig.command(Message::GetInfo { request_id: 2 });
         let info = got.iter().find(|r| matches!(r, Rx::Info { .. })).unwrap();
-        let Rx::Info { flags, channels } = info else {
+        let Rx::Info {
+            flags, channels, ..
+        } = info
+        else {
             unreachable!()
         };
         assert_eq!(flags & FLAG_CALIBRATION_STORED, FLAG_CALIBRATION_STORED);

@@ -1,0 +1,1230 @@
+//! The twin's GPU: kernels of phases with known power, run by an endless workload.
+//!
+//! The configuration ([`GpuConfig`], [`KernelConfig`], [`WorkloadConfig`]) is plain data,
+//! deserialisable from a scenario file; [`Gpu`] turns it into the true power timeline as
+//! a stream of [`Segment`]s ([`Gpu::next_segment`]) and a record of every kernel
+//! execution ([`Gpu::drain_executions`]). [`GpuClock`] is the GPU's timestamp counter.
+//!
+//! # The model
+//!
+//! All times are the twin's true time in s, powers in W.
+//!
+//! - **Idle.** Between executions the GPU draws `idle_power_w` (launch overheads, random
+//!   delays, idle steps, back-to-back gaps).
+//! - **Workload.** [`WorkloadConfig::steps`] is repeated forever. A
+//!   [`Step::Launch`] first waits a delay drawn uniformly in `[min_delay_s, max_delay_s]`
+//!   (FinGraV's random delay, which makes the logger's samples land at every offset into
+//!   the kernel), then the host launches; after `launch_overhead_s` the kernel runs
+//!   `count` times back to back (a *train*), separated by `back_to_back_gap_s`.
+//! - **Phases.** Execution `k` of a train at DVFS level `L` runs every phase of its kernel
+//!   in turn; phase `j` lasts
+//!   `duration_s[j] * dvfs_time_factor(L, j) * time_factor(k)` and draws
+//!   `idle_power_w + (power_w[j] - idle_power_w) * power_scale(L) * power_factor(k)`
+//!   (clamped at 0 W).
+//! - **DVFS.** `power_scale(L)` multiplies the dynamic power (above idle). The time
+//!   scale `s = time_scale(L)` applies to the *compute-bound share* of a phase,
+//!   `c = compute / (compute + memory)` from its utilisation (1 when both are 0), so
+//!   `dvfs_time_factor(L, j) = c * s + (1 - c)`: a memory-bound phase keeps its duration
+//!   when the core clock drops. Unset scales derive from the level's frequency and
+//!   voltage relative to the first (reference) level: `time_scale = f0 / f`,
+//!   `power_scale = (V / V0)^2 * f / f0` (CV²f).
+//! - **Execution time.** `time_factor(k) = mode * outlier * warmup(k)`: `mode` is drawn
+//!   from one of [`TimeDistribution::modes`] (chosen by weight) as
+//!   `scale * (1 + spread * N(0, 1))` (redrawn while not positive); with probability
+//!   `outlier_probability` the execution is an outlier and `outlier = 1 + (outlier_scale
+//!   - 1) * Exp(1)` (mean `outlier_scale`), else 1; `warmup(k) = 1 + (first_time_scale -
+//!   1) * exp(-k / settle_executions)`.
+//! - **Power settling (SSE vs SSP).** `power_factor = 1 + (sse_to_ssp_ratio - 1) *
+//!   exp(-u / tau_s)` where `u` is the time from the start of the train's first execution
+//!   to the start of this one, evaluated once per execution. The first executions draw
+//!   `sse_to_ssp_ratio` times the settled (SSP) dynamic power; the train then settles
+//!   with time constant `tau_s`. Every train starts unsettled again.
+//!
+//! # Randomness
+//!
+//! The PRNG is PCG64 (`pcg64`, `Lcg128Xsl64` of the `rand_pcg` crate, value-stable across
+//! releases), seeded with `SeedableRng::seed_from_u64`. The timeline uses one generator
+//! and host reads of the timestamp counter ([`Gpu::read_clock`]) another, derived from
+//! the same seed, so reading the clock never changes the timeline. A given seed and
+//! configuration give bit-identical output on every platform with IEEE-754 `f64` and the
+//! same `libm` (`exp`, `ln`, `cos`).
+
+use std::collections::VecDeque;
+use std::f64::consts::TAU;
+
+use rand_core::{Rng, SeedableRng};
+use rand_pcg::Pcg64;
+use serde::{Deserialize, Serialize};
+
+use crate::trace::{Segment, Util};
+
+/// A configuration value out of range, or a reference to something that does not exist.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    /// A numeric field out of its documented range.
+    #[error("{field} = {value}: {reason}")]
+    Invalid {
+        /// Path of the field (e.g. `kernels[0].phases[1].duration_s`).
+        field: String,
+        /// The offending value.
+        value: f64,
+        /// What the value must satisfy.
+        reason: &'static str,
+    },
+    /// A structural problem (empty list, missing or misplaced field).
+    #[error("{field}: {reason}")]
+    Structure {
+        /// Path of the field.
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A workload step names a kernel that is not configured.
+    #[error("workload.steps[{step}]: unknown kernel {name:?}")]
+    UnknownKernel {
+        /// Index of the step.
+        step: usize,
+        /// The name it gave.
+        name: String,
+    },
+    /// A workload step names a DVFS level that is not configured.
+    #[error("workload.steps[{step}]: unknown DVFS level {name:?}")]
+    UnknownDvfs {
+        /// Index of the step.
+        step: usize,
+        /// The name it gave.
+        name: String,
+    },
+}
+
+pub(crate) fn check(
+    field: impl FnOnce() -> String,
+    value: f64,
+    ok: bool,
+    reason: &'static str,
+) -> Result<(), ConfigError> {
+    if ok && value.is_finite() {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid {
+            field: field(),
+            value,
+            reason,
+        })
+    }
+}
+
+pub(crate) fn positive(field: impl FnOnce() -> String, value: f64) -> Result<(), ConfigError> {
+    check(field, value, value > 0.0, "must be finite and > 0")
+}
+
+pub(crate) fn non_negative(field: impl FnOnce() -> String, value: f64) -> Result<(), ConfigError> {
+    check(field, value, value >= 0.0, "must be finite and >= 0")
+}
+
+fn half() -> f64 {
+    0.5
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+fn one_u32() -> u32 {
+    1
+}
+
+/// The GPU board: idle power, launch behaviour, DVFS levels and timestamp counter.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuConfig {
+    /// Board power while no kernel runs (idle steps, random delays, launch overheads,
+    /// back-to-back gaps), in W. Also the baseline above which DVFS and power settling
+    /// scale a phase's power.
+    pub idle_power_w: f64,
+    /// Utilisation reported while idle (fractions); default all 0.
+    #[serde(default)]
+    pub idle_util: Util,
+    /// Time from the host's launch call to the start of the kernel's first phase, in s
+    /// (the GPU idles meanwhile). Paid once per back-to-back train.
+    pub launch_overhead_s: f64,
+    /// Idle gap between consecutive executions of one back-to-back train, in s; default 0.
+    #[serde(default)]
+    pub back_to_back_gap_s: f64,
+    /// DVFS levels (the first is the reference for derived scales); default: one nominal
+    /// level with both scales 1.
+    #[serde(default)]
+    pub dvfs: Vec<DvfsLevel>,
+    /// The GPU's timestamp counter and the cost of reading it from the host.
+    pub clock: ClockConfig,
+}
+
+/// One DVFS operating point.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DvfsLevel {
+    /// Name that workload steps use to select the level.
+    pub name: String,
+    /// Core clock frequency, in Hz.
+    pub frequency_hz: f64,
+    /// Core voltage, in V.
+    pub voltage_v: f64,
+    /// Multiplier on the compute-bound share of every phase's duration (dimensionless);
+    /// default `f0 / frequency_hz` with `f0` the first level's frequency.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_scale: Option<f64>,
+    /// Multiplier on every phase's dynamic power, the part above `idle_power_w`
+    /// (dimensionless); default `(voltage_v / V0)^2 * frequency_hz / f0` with `V0`, `f0`
+    /// those of the first level.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_scale: Option<f64>,
+}
+
+/// The GPU's timestamp counter (e.g. `s_memrealtime` on AMD, `%globaltimer` on NVIDIA).
+///
+/// Counter reading at true time `t`: `floor((offset_s + t * (1 + drift_ppm * 1e-6)) *
+/// rate_hz)` ticks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClockConfig {
+    /// Nominal counting rate, in Hz (ticks per second of the counter's own time).
+    pub rate_hz: f64,
+    /// Counter time at true time 0, in s; must be >= 0 (the counter is unsigned). Default 0.
+    #[serde(default)]
+    pub offset_s: f64,
+    /// Rate error against true time, in parts per million (positive: counts fast).
+    /// Default 0.
+    #[serde(default)]
+    pub drift_ppm: f64,
+    /// Fixed time a host read of the counter takes, from issue to return, in s. Default 0.
+    #[serde(default)]
+    pub read_latency_s: f64,
+    /// Extra read time drawn uniformly in `[0, read_jitter_s]` per read, in s. Default 0.
+    #[serde(default)]
+    pub read_jitter_s: f64,
+    /// Where in `[issue, return]` the counter is latched, as a fraction in `0..=1`
+    /// (dimensionless). Default 0.5.
+    #[serde(default = "half")]
+    pub read_latch_fraction: f64,
+}
+
+/// One kernel: its phases and how its executions vary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelConfig {
+    /// Name that workload steps use to launch the kernel.
+    pub name: String,
+    /// The phases, run in order; at least one.
+    pub phases: Vec<PhaseConfig>,
+    /// Spread of the execution time; default: no spread.
+    #[serde(default)]
+    pub time: TimeDistribution,
+    /// How the first executions of a train run slower or faster; default: none.
+    #[serde(default)]
+    pub warmup: Warmup,
+    /// How the power settles over a back-to-back train; default: none.
+    #[serde(default)]
+    pub power_settling: PowerSettling,
+}
+
+/// One phase of a kernel at the reference DVFS level, settled (SSP) power and nominal time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PhaseConfig {
+    /// Nominal duration, in s; > 0.
+    pub duration_s: f64,
+    /// Board power during the phase, in W (total, idle included); >= 0.
+    pub power_w: f64,
+    /// Utilisation during the phase; default all 0.
+    #[serde(default)]
+    pub util: Util,
+}
+
+/// A multi-modal execution-time distribution with outliers, as a multiplier on the
+/// nominal duration (see the [module documentation](self) for the formula).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimeDistribution {
+    /// The modes; at least one. Default: a single mode of scale 1 without spread.
+    pub modes: Vec<TimeMode>,
+    /// Probability that an execution is an outlier, in `0..=1`. Default 0.
+    #[serde(default)]
+    pub outlier_probability: f64,
+    /// Mean multiplier of an outlier's time, >= 1 (dimensionless); an outlier's extra
+    /// factor is `1 + (outlier_scale - 1) * Exp(1)`. Default 2.
+    #[serde(default = "default_outlier_scale")]
+    pub outlier_scale: f64,
+}
+
+fn default_outlier_scale() -> f64 {
+    2.0
+}
+
+impl Default for TimeDistribution {
+    fn default() -> Self {
+        TimeDistribution {
+            modes: vec![TimeMode {
+                weight: 1.0,
+                scale: 1.0,
+                spread: 0.0,
+            }],
+            outlier_probability: 0.0,
+            outlier_scale: default_outlier_scale(),
+        }
+    }
+}
+
+/// One mode of the execution-time distribution.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimeMode {
+    /// Relative weight, >= 0 (the weights need not sum to 1; at least one must be > 0).
+    pub weight: f64,
+    /// Mean multiplier on the nominal duration, > 0 (dimensionless).
+    pub scale: f64,
+    /// Relative standard deviation of the multiplier, >= 0 (dimensionless): the mode's
+    /// multiplier is `scale * (1 + spread * N(0, 1))`.
+    #[serde(default)]
+    pub spread: f64,
+}
+
+/// Warm-up: the first executions of a train take `first_time_scale` times as long,
+/// settling as `1 + (first_time_scale - 1) * exp(-k / settle_executions)` for execution
+/// index `k` (0-based) in the train.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Warmup {
+    /// Time multiplier of the first execution of a train, > 0 (dimensionless). Default 1.
+    #[serde(default = "one")]
+    pub first_time_scale: f64,
+    /// Settling constant, in executions (> 0). Default 1.
+    #[serde(default = "one")]
+    pub settle_executions: f64,
+}
+
+impl Default for Warmup {
+    fn default() -> Self {
+        Warmup {
+            first_time_scale: 1.0,
+            settle_executions: 1.0,
+        }
+    }
+}
+
+/// Power settling over a back-to-back train (FinGraV's SSE vs SSP): the dynamic power is
+/// multiplied by `1 + (sse_to_ssp_ratio - 1) * exp(-u / tau_s)`, `u` the time since the
+/// train's first execution started, evaluated at each execution's start.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PowerSettling {
+    /// Dynamic power at the start of a train over the settled (SSP) one, > 0
+    /// (dimensionless; < 1: the early, stable-time executions draw less). Default 1.
+    #[serde(default = "one")]
+    pub sse_to_ssp_ratio: f64,
+    /// Settling time constant, in s of back-to-back running (> 0). Default 1 ms.
+    #[serde(default = "default_settle_tau")]
+    pub tau_s: f64,
+}
+
+fn default_settle_tau() -> f64 {
+    1e-3
+}
+
+impl Default for PowerSettling {
+    fn default() -> Self {
+        PowerSettling {
+            sse_to_ssp_ratio: 1.0,
+            tau_s: default_settle_tau(),
+        }
+    }
+}
+
+/// The workload: steps repeated forever, in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadConfig {
+    /// The steps; at least one.
+    pub steps: Vec<Step>,
+}
+
+/// One workload step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Step {
+    /// Idle for a while.
+    Idle {
+        /// How long, in s; > 0.
+        duration_s: f64,
+    },
+    /// After a random delay, launch a kernel `count` times back to back.
+    Launch {
+        /// Name of the kernel (a [`KernelConfig::name`]).
+        kernel: String,
+        /// Executions in the train, >= 1. Default 1.
+        #[serde(default = "one_u32")]
+        count: u32,
+        /// Shortest random delay before the launch, in s; >= 0. Default 0.
+        #[serde(default)]
+        min_delay_s: f64,
+        /// Longest random delay before the launch, in s; >= `min_delay_s`. Default 0.
+        #[serde(default)]
+        max_delay_s: f64,
+        /// Name of the DVFS level (a [`DvfsLevel::name`]); default: the first level.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dvfs: Option<String>,
+    },
+}
+
+impl GpuConfig {
+    /// An MI300X-like board: 140 W idle, 5 µs launch overhead, three DVFS levels (2.1,
+    /// 1.7 and 1.3 GHz), a 100 MHz timestamp counter 20 ppm fast, host reads of 2 µs ± 1 µs.
+    pub fn mi300x_like() -> Self {
+        GpuConfig {
+            idle_power_w: 140.0,
+            idle_util: Util::IDLE,
+            launch_overhead_s: 5e-6,
+            back_to_back_gap_s: 1e-6,
+            dvfs: vec![
+                DvfsLevel {
+                    name: "high".into(),
+                    frequency_hz: 2.1e9,
+                    voltage_v: 0.95,
+                    time_scale: None,
+                    power_scale: None,
+                },
+                DvfsLevel {
+                    name: "mid".into(),
+                    frequency_hz: 1.7e9,
+                    voltage_v: 0.85,
+                    time_scale: None,
+                    power_scale: None,
+                },
+                DvfsLevel {
+                    name: "low".into(),
+                    frequency_hz: 1.3e9,
+                    voltage_v: 0.75,
+                    time_scale: None,
+                    power_scale: None,
+                },
+            ],
+            clock: ClockConfig {
+                rate_hz: 100e6,
+                offset_s: 1234.5,
+                drift_ppm: 20.0,
+                read_latency_s: 2e-6,
+                read_jitter_s: 1e-6,
+                read_latch_fraction: 0.5,
+            },
+        }
+    }
+
+    /// Checks every field against its documented range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        non_negative(|| "gpu.idle_power_w".into(), self.idle_power_w)?;
+        if !self.idle_util.is_valid() {
+            return Err(ConfigError::Structure {
+                field: "gpu.idle_util".into(),
+                reason: "every fraction must be within 0..=1".into(),
+            });
+        }
+        non_negative(|| "gpu.launch_overhead_s".into(), self.launch_overhead_s)?;
+        non_negative(|| "gpu.back_to_back_gap_s".into(), self.back_to_back_gap_s)?;
+        for (i, level) in self.dvfs.iter().enumerate() {
+            positive(|| format!("gpu.dvfs[{i}].frequency_hz"), level.frequency_hz)?;
+            positive(|| format!("gpu.dvfs[{i}].voltage_v"), level.voltage_v)?;
+            if let Some(s) = level.time_scale {
+                positive(|| format!("gpu.dvfs[{i}].time_scale"), s)?;
+            }
+            if let Some(s) = level.power_scale {
+                non_negative(|| format!("gpu.dvfs[{i}].power_scale"), s)?;
+            }
+            if self.dvfs[..i].iter().any(|l| l.name == level.name) {
+                return Err(ConfigError::Structure {
+                    field: format!("gpu.dvfs[{i}].name"),
+                    reason: format!("duplicate DVFS level name {:?}", level.name),
+                });
+            }
+        }
+        self.clock.validate()
+    }
+
+    /// The (time, power) scales of every DVFS level, derived where unset; one nominal
+    /// level `(1, 1)` when none is configured.
+    pub fn dvfs_scales(&self) -> Vec<(f64, f64)> {
+        let Some(reference) = self.dvfs.first() else {
+            return vec![(1.0, 1.0)];
+        };
+        self.dvfs
+            .iter()
+            .map(|l| {
+                let f = l.frequency_hz / reference.frequency_hz;
+                let v = l.voltage_v / reference.voltage_v;
+                (
+                    l.time_scale.unwrap_or(1.0 / f),
+                    l.power_scale.unwrap_or(v * v * f),
+                )
+            })
+            .collect()
+    }
+}
+
+impl ClockConfig {
+    /// Checks every field against its documented range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        positive(|| "gpu.clock.rate_hz".into(), self.rate_hz)?;
+        non_negative(|| "gpu.clock.offset_s".into(), self.offset_s)?;
+        check(
+            || "gpu.clock.drift_ppm".into(),
+            self.drift_ppm,
+            self.drift_ppm.abs() < 1e5,
+            "must be finite and within ±1e5 ppm",
+        )?;
+        non_negative(|| "gpu.clock.read_latency_s".into(), self.read_latency_s)?;
+        non_negative(|| "gpu.clock.read_jitter_s".into(), self.read_jitter_s)?;
+        check(
+            || "gpu.clock.read_latch_fraction".into(),
+            self.read_latch_fraction,
+            (0.0..=1.0).contains(&self.read_latch_fraction),
+            "must be within 0..=1",
+        )
+    }
+}
+
+impl KernelConfig {
+    /// An MI300X-like ~200 µs kernel of two phases: a compute-heavy 100 µs at 620 W,
+    /// then a memory-heavy 100 µs at 430 W. Two execution-time modes (85 % at 1.0, 15 %
+    /// at 1.08, 1 % spread), 0.5 % outliers, a 30 % slower first execution settling over
+    /// one execution, and an SSE drawing 85 % of the SSP dynamic power, settling in 3 ms.
+    pub fn mi300x_like_two_phase(name: &str) -> Self {
+        KernelConfig {
+            name: name.into(),
+            phases: vec![
+                PhaseConfig {
+                    duration_s: 100e-6,
+                    power_w: 620.0,
+                    util: Util::new(0.9, 0.3, 0.1),
+                },
+                PhaseConfig {
+                    duration_s: 100e-6,
+                    power_w: 430.0,
+                    util: Util::new(0.2, 0.9, 0.1),
+                },
+            ],
+            time: TimeDistribution {
+                modes: vec![
+                    TimeMode {
+                        weight: 0.85,
+                        scale: 1.0,
+                        spread: 0.01,
+                    },
+                    TimeMode {
+                        weight: 0.15,
+                        scale: 1.08,
+                        spread: 0.01,
+                    },
+                ],
+                outlier_probability: 0.005,
+                outlier_scale: 1.5,
+            },
+            warmup: Warmup {
+                first_time_scale: 1.3,
+                settle_executions: 1.0,
+            },
+            power_settling: PowerSettling {
+                sse_to_ssp_ratio: 0.85,
+                tau_s: 3e-3,
+            },
+        }
+    }
+
+    /// Nominal duration at the reference DVFS level (sum of the phases), in s.
+    pub fn nominal_duration_s(&self) -> f64 {
+        self.phases.iter().map(|p| p.duration_s).sum()
+    }
+
+    /// Checks every field against its documented range; `i` is the kernel's index, for
+    /// messages.
+    pub fn validate(&self, i: usize) -> Result<(), ConfigError> {
+        if self.phases.is_empty() {
+            return Err(ConfigError::Structure {
+                field: format!("kernels[{i}].phases"),
+                reason: "a kernel needs at least one phase".into(),
+            });
+        }
+        for (j, p) in self.phases.iter().enumerate() {
+            positive(
+                || format!("kernels[{i}].phases[{j}].duration_s"),
+                p.duration_s,
+            )?;
+            non_negative(|| format!("kernels[{i}].phases[{j}].power_w"), p.power_w)?;
+            if !p.util.is_valid() {
+                return Err(ConfigError::Structure {
+                    field: format!("kernels[{i}].phases[{j}].util"),
+                    reason: "every fraction must be within 0..=1".into(),
+                });
+            }
+        }
+        let t = &self.time;
+        if t.modes.is_empty() {
+            return Err(ConfigError::Structure {
+                field: format!("kernels[{i}].time.modes"),
+                reason: "at least one mode is needed".into(),
+            });
+        }
+        for (j, m) in t.modes.iter().enumerate() {
+            non_negative(|| format!("kernels[{i}].time.modes[{j}].weight"), m.weight)?;
+            positive(|| format!("kernels[{i}].time.modes[{j}].scale"), m.scale)?;
+            non_negative(|| format!("kernels[{i}].time.modes[{j}].spread"), m.spread)?;
+        }
+        let total: f64 = t.modes.iter().map(|m| m.weight).sum();
+        positive(
+            || format!("kernels[{i}].time.modes (sum of weights)"),
+            total,
+        )?;
+        check(
+            || format!("kernels[{i}].time.outlier_probability"),
+            t.outlier_probability,
+            (0.0..=1.0).contains(&t.outlier_probability),
+            "must be within 0..=1",
+        )?;
+        check(
+            || format!("kernels[{i}].time.outlier_scale"),
+            t.outlier_scale,
+            t.outlier_scale >= 1.0,
+            "must be finite and >= 1",
+        )?;
+        positive(
+            || format!("kernels[{i}].warmup.first_time_scale"),
+            self.warmup.first_time_scale,
+        )?;
+        positive(
+            || format!("kernels[{i}].warmup.settle_executions"),
+            self.warmup.settle_executions,
+        )?;
+        positive(
+            || format!("kernels[{i}].power_settling.sse_to_ssp_ratio"),
+            self.power_settling.sse_to_ssp_ratio,
+        )?;
+        positive(
+            || format!("kernels[{i}].power_settling.tau_s"),
+            self.power_settling.tau_s,
+        )
+    }
+}
+
+impl WorkloadConfig {
+    /// FinGraV-style profiling of one kernel: trains of 20 back-to-back executions, each
+    /// after a random delay uniform in [0.5, 1.5] ms (one full 1 ms logger period wide),
+    /// then 5 ms idle.
+    pub fn fingrav_like(kernel: &str) -> Self {
+        WorkloadConfig {
+            steps: vec![
+                Step::Launch {
+                    kernel: kernel.into(),
+                    count: 20,
+                    min_delay_s: 0.5e-3,
+                    max_delay_s: 1.5e-3,
+                    dvfs: None,
+                },
+                Step::Idle { duration_s: 5e-3 },
+            ],
+        }
+    }
+}
+
+/// The GPU's timestamp counter: rate, offset and drift against true time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GpuClock {
+    rate_hz: f64,
+    offset_s: f64,
+    drift_ppm: f64,
+}
+
+/// One host read of the GPU timestamp counter, all times true time in s.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ClockRead {
+    /// When the host issued the read.
+    pub issue_s: f64,
+    /// When the counter was latched (between issue and return).
+    pub latch_s: f64,
+    /// When the value reached the host.
+    pub return_s: f64,
+    /// The counter value read.
+    pub ticks: u64,
+}
+
+impl GpuClock {
+    /// A counter of nominal rate `rate_hz` (Hz), reading `offset_s` (s, >= 0) at true
+    /// time 0 and running `drift_ppm` (ppm) fast.
+    pub fn new(rate_hz: f64, offset_s: f64, drift_ppm: f64) -> Result<Self, ConfigError> {
+        ClockConfig {
+            rate_hz,
+            offset_s,
+            drift_ppm,
+            read_latency_s: 0.0,
+            read_jitter_s: 0.0,
+            read_latch_fraction: 0.5,
+        }
+        .validate()?;
+        Ok(GpuClock {
+            rate_hz,
+            offset_s,
+            drift_ppm,
+        })
+    }
+
+    /// The counter of a configuration.
+    pub fn from_config(config: &ClockConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(GpuClock {
+            rate_hz: config.rate_hz,
+            offset_s: config.offset_s,
+            drift_ppm: config.drift_ppm,
+        })
+    }
+
+    /// Nominal rate, Hz.
+    pub fn rate_hz(&self) -> f64 {
+        self.rate_hz
+    }
+
+    /// Counter time at true time 0, s.
+    pub fn offset_s(&self) -> f64 {
+        self.offset_s
+    }
+
+    /// Rate error, ppm.
+    pub fn drift_ppm(&self) -> f64 {
+        self.drift_ppm
+    }
+
+    /// Ticks per second of true time: `rate_hz * (1 + drift_ppm * 1e-6)`.
+    pub fn effective_rate_hz(&self) -> f64 {
+        self.rate_hz * (1.0 + self.drift_ppm * 1e-6)
+    }
+
+    /// The counter's own (unquantised) time at true time `t_s`, in s:
+    /// `offset_s + t_s * (1 + drift_ppm * 1e-6)`.
+    pub fn counter_time_s(&self, true_time_s: f64) -> f64 {
+        self.offset_s + true_time_s * (1.0 + self.drift_ppm * 1e-6)
+    }
+
+    /// The counter value at true time `t_s`: `floor(counter_time_s(t_s) * rate_hz)`,
+    /// saturating at 0 before the counter started.
+    pub fn ticks_at(&self, true_time_s: f64) -> u64 {
+        let ticks = (self.counter_time_s(true_time_s) * self.rate_hz).floor();
+        if ticks > 0.0 {
+            ticks as u64
+        } else {
+            0
+        }
+    }
+
+    /// The true time, in s, at which the counter reaches `ticks` (the inverse of
+    /// [`ticks_at`](GpuClock::ticks_at): `ticks_at(true_time_at(n)) == n`, and the time
+    /// is the earliest `f64` with that property up to a few ulps).
+    pub fn true_time_at(&self, ticks: u64) -> f64 {
+        let scale = 1.0 + self.drift_ppm * 1e-6;
+        let mut t = (ticks as f64 / self.rate_hz - self.offset_s) / scale;
+        // Correct the last few ulps of rounding so that the round trip is exact.
+        for _ in 0..64 {
+            if self.ticks_at(t) >= ticks {
+                break;
+            }
+            t = next_up(t);
+        }
+        for _ in 0..64 {
+            let prev = next_down(t);
+            if self.ticks_at(prev) >= ticks {
+                t = prev;
+            } else {
+                break;
+            }
+        }
+        t
+    }
+
+    /// A host read issued at true time `issue_s` that takes `latency_s` (s) and latches
+    /// the counter at `latch_fraction` (0..=1) of the way.
+    pub fn read(&self, issue_s: f64, latency_s: f64, latch_fraction: f64) -> ClockRead {
+        let latch_s = issue_s + latency_s * latch_fraction;
+        ClockRead {
+            issue_s,
+            latch_s,
+            return_s: issue_s + latency_s,
+            ticks: self.ticks_at(latch_s),
+        }
+    }
+}
+
+fn next_up(x: f64) -> f64 {
+    if x.is_nan() || x == f64::INFINITY {
+        x
+    } else if x == 0.0 {
+        f64::from_bits(1)
+    } else if x > 0.0 {
+        f64::from_bits(x.to_bits() + 1)
+    } else {
+        f64::from_bits(x.to_bits() - 1)
+    }
+}
+
+fn next_down(x: f64) -> f64 {
+    -next_up(-x)
+}
+
+/// The record of one kernel execution, all times true time in s.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Execution {
+    /// Index of the kernel in the configured list.
+    pub kernel: usize,
+    /// Number of the train (0 for the first train of the run).
+    pub train: u64,
+    /// Position in the back-to-back train, 0-based.
+    pub index_in_train: u32,
+    /// When the host launched the train (after the random delay).
+    pub launch_s: f64,
+    /// Start of the first phase.
+    pub start_s: f64,
+    /// End of the last phase.
+    pub end_s: f64,
+    /// Phase boundaries: phase `j` runs over `[phase_bounds_s[j], phase_bounds_s[j + 1])`;
+    /// the first is `start_s`, the last `end_s`.
+    pub phase_bounds_s: Vec<f64>,
+    /// Index of the DVFS level (0 when none is configured).
+    pub dvfs_level: usize,
+    /// Index of the execution-time mode drawn.
+    pub mode: usize,
+    /// Whether the execution is an outlier.
+    pub outlier: bool,
+    /// Total time multiplier against the nominal duration at this DVFS level:
+    /// mode, outlier and warm-up factors together (dimensionless).
+    pub time_factor: f64,
+    /// Power-settling multiplier on the dynamic power (dimensionless, 1 when settled).
+    pub power_factor: f64,
+    /// True energy of the execution, from `start_s` to `end_s`, idle power included, J.
+    pub energy_j: f64,
+}
+
+impl Execution {
+    /// Duration, s.
+    pub fn duration_s(&self) -> f64 {
+        self.end_s - self.start_s
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Item {
+    Segment(Segment),
+    Done(Box<Execution>),
+}
+
+#[derive(Debug, Clone)]
+enum ResolvedStep {
+    Idle {
+        duration_s: f64,
+    },
+    Launch {
+        kernel: usize,
+        count: u32,
+        min_delay_s: f64,
+        max_delay_s: f64,
+        dvfs: usize,
+    },
+}
+
+/// The simulated GPU: an endless, seeded, deterministic stream of the true power and a
+/// record of the executions behind it (see the [module documentation](self)).
+#[derive(Debug, Clone)]
+pub struct Gpu {
+    config: GpuConfig,
+    kernels: Vec<KernelConfig>,
+    steps: Vec<ResolvedStep>,
+    /// (time scale, power scale) per DVFS level.
+    dvfs: Vec<(f64, f64)>,
+    clock: GpuClock,
+    rng: Pcg64,
+    read_rng: Pcg64,
+    /// End of everything generated so far (queued or emitted).
+    generated_s: f64,
+    /// End of the last segment returned by `next_segment`.
+    emitted_s: f64,
+    step: usize,
+    in_step: u32,
+    train: u64,
+    train_launch_s: f64,
+    train_start_s: f64,
+    queue: VecDeque<Item>,
+    done: VecDeque<Execution>,
+    record: bool,
+}
+
+/// Seed mix for the clock-read generator (any fixed constant; `seed_from_u64` hashes it).
+const READ_STREAM: u64 = 0x9E37_79B9_7F4A_7C15;
+
+impl Gpu {
+    /// A GPU at true time 0, idle, about to start the workload's first step.
+    ///
+    /// Checks every configuration and resolves the kernel and DVFS names of the steps.
+    pub fn new(
+        gpu: GpuConfig,
+        kernels: Vec<KernelConfig>,
+        workload: WorkloadConfig,
+        seed: u64,
+    ) -> Result<Self, ConfigError> {
+        gpu.validate()?;
+        for (i, k) in kernels.iter().enumerate() {
+            k.validate(i)?;
+            if kernels[..i].iter().any(|o| o.name == k.name) {
+                return Err(ConfigError::Structure {
+                    field: format!("kernels[{i}].name"),
+                    reason: format!("duplicate kernel name {:?}", k.name),
+                });
+            }
+        }
+        if workload.steps.is_empty() {
+            return Err(ConfigError::Structure {
+                field: "workload.steps".into(),
+                reason: "at least one step is needed".into(),
+            });
+        }
+        let mut steps = Vec::with_capacity(workload.steps.len());
+        for (i, step) in workload.steps.iter().enumerate() {
+            steps.push(match step {
+                Step::Idle { duration_s } => {
+                    positive(|| format!("workload.steps[{i}].duration_s"), *duration_s)?;
+                    ResolvedStep::Idle {
+                        duration_s: *duration_s,
+                    }
+                }
+                Step::Launch {
+                    kernel,
+                    count,
+                    min_delay_s,
+                    max_delay_s,
+                    dvfs,
+                } => {
+                    let k = kernels
+                        .iter()
+                        .position(|k| &k.name == kernel)
+                        .ok_or_else(|| ConfigError::UnknownKernel {
+                            step: i,
+                            name: kernel.clone(),
+                        })?;
+                    if *count == 0 {
+                        return Err(ConfigError::Structure {
+                            field: format!("workload.steps[{i}].count"),
+                            reason: "must be >= 1".into(),
+                        });
+                    }
+                    non_negative(|| format!("workload.steps[{i}].min_delay_s"), *min_delay_s)?;
+                    check(
+                        || format!("workload.steps[{i}].max_delay_s"),
+                        *max_delay_s,
+                        max_delay_s >= min_delay_s,
+                        "must be finite and >= min_delay_s",
+                    )?;
+                    let level = match dvfs {
+                        None => 0,
+                        Some(name) => {
+                            gpu.dvfs
+                                .iter()
+                                .position(|l| &l.name == name)
+                                .ok_or_else(|| ConfigError::UnknownDvfs {
+                                    step: i,
+                                    name: name.clone(),
+                                })?
+                        }
+                    };
+                    ResolvedStep::Launch {
+                        kernel: k,
+                        count: *count,
+                        min_delay_s: *min_delay_s,
+                        max_delay_s: *max_delay_s,
+                        dvfs: level,
+                    }
+                }
+            });
+        }
+        let clock = GpuClock::from_config(&gpu.clock)?;
+        let dvfs = gpu.dvfs_scales();
+        Ok(Gpu {
+            config: gpu,
+            kernels,
+            steps,
+            dvfs,
+            clock,
+            rng: Pcg64::seed_from_u64(seed),
+            read_rng: Pcg64::seed_from_u64(seed ^ READ_STREAM),
+            generated_s: 0.0,
+            emitted_s: 0.0,
+            step: 0,
+            in_step: 0,
+            train: 0,
+            train_launch_s: 0.0,
+            train_start_s: 0.0,
+            queue: VecDeque::new(),
+            done: VecDeque::new(),
+            record: true,
+        })
+    }
+
+    /// The board configuration.
+    pub fn config(&self) -> &GpuConfig {
+        &self.config
+    }
+
+    /// The kernels, indexed as [`Execution::kernel`].
+    pub fn kernels(&self) -> &[KernelConfig] {
+        &self.kernels
+    }
+
+    /// The (time, power) scale of every DVFS level, indexed as [`Execution::dvfs_level`].
+    pub fn dvfs_scales(&self) -> &[(f64, f64)] {
+        &self.dvfs
+    }
+
+    /// The GPU's timestamp counter.
+    pub fn clock(&self) -> &GpuClock {
+        &self.clock
+    }
+
+    /// End of the last segment returned by [`next_segment`](Gpu::next_segment), true s.
+    pub fn now_s(&self) -> f64 {
+        self.emitted_s
+    }
+
+    /// Whether executions are recorded for [`drain_executions`](Gpu::drain_executions)
+    /// (default true). Turn it off for endless runs that never drain.
+    pub fn set_record_executions(&mut self, record: bool) {
+        self.record = record;
+        if !record {
+            self.done.clear();
+        }
+    }
+
+    /// The next piece of the true power. Segments are contiguous, never empty, and never
+    /// run out: the workload repeats forever.
+    pub fn next_segment(&mut self) -> Segment {
+        loop {
+            match self.queue.pop_front() {
+                Some(Item::Segment(seg)) => {
+                    self.emitted_s = seg.end_s;
+                    return seg;
+                }
+                Some(Item::Done(exec)) => {
+                    if self.record {
+                        self.done.push_back(*exec);
+                    }
+                }
+                None => self.generate(),
+            }
+        }
+    }
+
+    /// Takes the record of every execution whose last segment has been returned by
+    /// [`next_segment`](Gpu::next_segment) since the last call, in order.
+    pub fn drain_executions(&mut self) -> std::collections::vec_deque::Drain<'_, Execution> {
+        // An execution is complete once its last segment has left the queue; its record
+        // sits right behind that segment.
+        while let Some(Item::Done(_)) = self.queue.front() {
+            if let Some(Item::Done(exec)) = self.queue.pop_front() {
+                if self.record {
+                    self.done.push_back(*exec);
+                }
+            }
+        }
+        self.done.drain(..)
+    }
+
+    /// A host read of the timestamp counter issued at true time `issue_s`, taking
+    /// `read_latency_s` plus a uniform jitter in `[0, read_jitter_s]`. Draws from its own
+    /// generator: reading never changes the timeline.
+    pub fn read_clock(&mut self, issue_s: f64) -> ClockRead {
+        let c = &self.config.clock;
+        let latency = c.read_latency_s + c.read_jitter_s * uniform(&mut self.read_rng);
+        self.clock.read(issue_s, latency, c.read_latch_fraction)
+    }
+
+    fn push_idle(&mut self, duration_s: f64) {
+        if duration_s > 0.0 {
+            let start_s = self.generated_s;
+            let end_s = start_s + duration_s;
+            if end_s > start_s {
+                self.queue.push_back(Item::Segment(Segment {
+                    start_s,
+                    end_s,
+                    power_w: self.config.idle_power_w,
+                    util: self.config.idle_util,
+                }));
+                self.generated_s = end_s;
+            }
+        }
+    }
+
+    fn advance_step(&mut self) {
+        self.step = (self.step + 1) % self.steps.len();
+        self.in_step = 0;
+    }
+
+    /// Queues the next unit of the workload: an idle step, or one execution (with the
+    /// delay and launch overhead before a train's first one).
+    fn generate(&mut self) {
+        match self.steps[self.step].clone() {
+            ResolvedStep::Idle { duration_s } => {
+                self.push_idle(duration_s);
+                self.advance_step();
+            }
+            ResolvedStep::Launch {
+                kernel,
+                count,
+                min_delay_s,
+                max_delay_s,
+                dvfs,
+            } => {
+                let k = self.in_step;
+                if k == 0 {
+                    let delay = min_delay_s + (max_delay_s - min_delay_s) * uniform(&mut self.rng);
+                    self.push_idle(delay);
+                    self.train_launch_s = self.generated_s;
+                    self.push_idle(self.config.launch_overhead_s);
+                    self.train_start_s = self.generated_s;
+                } else {
+                    self.push_idle(self.config.back_to_back_gap_s);
+                }
+                self.execute(kernel, k, dvfs);
+                self.in_step += 1;
+                if self.in_step == count {
+                    self.advance_step();
+                    self.train += 1;
+                }
+            }
+        }
+    }
+
+    fn execute(&mut self, kernel: usize, index_in_train: u32, level: usize) {
+        let (mode, mode_factor) = self.draw_mode(kernel);
+        let (outlier, outlier_factor) = self.draw_outlier(kernel);
+        let kc = &self.kernels[kernel];
+        let warm = &kc.warmup;
+        let warm_factor = 1.0
+            + (warm.first_time_scale - 1.0)
+                * (-f64::from(index_in_train) / warm.settle_executions).exp();
+        let time_factor = mode_factor * outlier_factor * warm_factor;
+        let start_s = self.generated_s;
+        let settle = &kc.power_settling;
+        let power_factor = 1.0
+            + (settle.sse_to_ssp_ratio - 1.0)
+                * (-(start_s - self.train_start_s) / settle.tau_s).exp();
+        let (time_scale, power_scale) = self.dvfs[level];
+        let idle = self.config.idle_power_w;
+        let mut bounds = Vec::with_capacity(kc.phases.len() + 1);
+        bounds.push(start_s);
+        let mut t = start_s;
+        let mut energy_j = 0.0;
+        let mut segs = Vec::with_capacity(kc.phases.len());
+        for p in &kc.phases {
+            let busy = p.util.compute + p.util.memory;
+            let c = if busy > 0.0 {
+                p.util.compute / busy
+            } else {
+                1.0
+            };
+            let duration = p.duration_s * (c * time_scale + (1.0 - c)) * time_factor;
+            let end = t + duration;
+            let power_w = (idle + (p.power_w - idle) * power_scale * power_factor).max(0.0);
+            if end > t {
+                let seg = Segment {
+                    start_s: t,
+                    end_s: end,
+                    power_w,
+                    util: p.util,
+                };
+                energy_j += seg.energy_j();
+                segs.push(seg);
+                t = end;
+            }
+            bounds.push(t);
+        }
+        self.queue.extend(segs.into_iter().map(Item::Segment));
+        self.generated_s = t;
+        self.queue.push_back(Item::Done(Box::new(Execution {
+            kernel,
+            train: self.train,
+            index_in_train,
+            launch_s: self.train_launch_s,
+            start_s,
+            end_s: t,
+            phase_bounds_s: bounds,
+            dvfs_level: level,
+            mode,
+            outlier,
+            time_factor,
+            power_factor,
+            energy_j,
+        })));
+    }
+
+    fn draw_mode(&mut self, kernel: usize) -> (usize, f64) {
+        let modes = &self.kernels[kernel].time.modes;
+        let total: f64 = modes.iter().map(|m| m.weight).sum();
+        let mut pick = uniform(&mut self.rng) * total;
+        let mut index = modes.len() - 1;
+        for (i, m) in modes.iter().enumerate() {
+            if pick < m.weight {
+                index = i;
+                break;
+            }
+            pick -= m.weight;
+        }
+        // Guard against a zero-weight last mode picked by rounding.
+        while modes[index].weight == 0.0 && index > 0 {
+            index -= 1;
+        }
+        let m = &modes[index];
+        if m.spread == 0.0 {
+            return (index, m.scale);
+        }
+        for _ in 0..64 {
+            let f = m.scale * (1.0 + m.spread * normal(&mut self.rng));
+            if f > 0.0 {
+                return (index, f);
+            }
+        }
+        (index, m.scale)
+    }
+
+    fn draw_outlier(&mut self, kernel: usize) -> (bool, f64) {
+        let t = &self.kernels[kernel].time;
+        if t.outlier_probability == 0.0 {
+            return (false, 1.0);
+        }
+        if uniform(&mut self.rng) < t.outlier_probability {
+            let e = -(1.0 - uniform(&mut self.rng)).ln();
+            (true, 1.0 + (t.outlier_scale - 1.0) * e)
+        } else {
+            (false, 1.0)
+        }
+    }
+}
+
+impl Iterator for Gpu {
+    type Item = Segment;
+
+    /// Always `Some(self.next_segment())`: the stream is endless.
+    fn next(&mut self) -> Option<Segment> {
+        Some(self.next_segment())
+    }
+}
+
+/// Uniform in `[0, 1)` from the top 53 bits of one output.
+fn uniform(rng: &mut Pcg64) -> f64 {
+    (rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+}
+
+/// Standard normal by Box-Muller (two uniforms per draw, the sine half discarded).
+fn normal(rng: &mut Pcg64) -> f64 {
+    let u1 = 1.0 - uniform(rng); // (0, 1]
+    let u2 = uniform(rng);
+    (-2.0 * u1.ln()).sqrt() * (TAU * u2).cos()
+}
