@@ -4,6 +4,8 @@
 pub mod adc;
 pub mod clock;
 pub mod pty;
+pub mod random;
+pub mod rig;
 pub mod gpu;
 pub mod logger;
 pub mod trace;
