@@ -181,7 +181,9 @@ impl<'a, const Q: usize, const E: usize> Device<'a, Q, E> {
         });
         let mut slots = Deque::new();
         let _ = slots.push_back(Slot::Log(LogLevel::Info, "railtrace firmware ready"));
-        Device {
+        // A device starts idle, whatever ran before a reset.
+        shared.stop();
+        let mut device = Device {
             desc,
             calibration: stored.unwrap_or(calibration),
             calibration_stored: stored.is_some(),
@@ -220,7 +222,15 @@ impl<'a, const Q: usize, const E: usize> Device<'a, Q, E> {
             pulses: [None; TRIGGER_OUTPUTS],
             next_status_tick: 0,
             now: 0,
-        }
+        };
+        // Counters start from what the interrupts counted before this (re)start.
+        device.reset_counters(true);
+        device
+    }
+
+    /// Gives back the queues (for a restart of the device, as after a reset).
+    pub fn into_queues(self) -> Queues<'a, Q, E> {
+        self.queues
     }
 
     /// Queues a line of text for the host (dropped if the queue is full).

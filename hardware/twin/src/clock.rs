@@ -99,7 +99,10 @@ mod tests {
             let ticks = c.ticks_at(t);
             let back = c.time_at(ticks);
             // ticks_at rounds down: back is at most one tick (12 ns) before t.
-            assert!(back <= t + 1e-12 && t - back < 1.0 / 84e6 + 1e-12, "{t} -> {back}");
+            assert!(
+                back <= t + 1e-12 && t - back < 1.0 / 84e6 + 1e-12,
+                "{t} -> {back}"
+            );
         }
     }
 }

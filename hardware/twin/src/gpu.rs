@@ -43,19 +43,17 @@
 //! # Randomness
 //!
 //! The PRNG is PCG64 (`pcg64`, `Lcg128Xsl64` of the `rand_pcg` crate, value-stable across
-//! releases), seeded with `SeedableRng::seed_from_u64`. The timeline uses one generator
-//! and host reads of the timestamp counter ([`Gpu::read_clock`]) another, derived from
-//! the same seed, so reading the clock never changes the timeline. A given seed and
+//! releases), through [`crate::random`]. The timeline uses one stream of the seed
+//! and host reads of the timestamp counter ([`Gpu::read_clock`]) another, so reading the
+//! clock never changes the timeline. A given seed and
 //! configuration give bit-identical output on every platform with IEEE-754 `f64` and the
 //! same `libm` (`exp`, `ln`, `cos`).
 
 use std::collections::VecDeque;
-use std::f64::consts::TAU;
 
-use rand_core::{Rng, SeedableRng};
-use rand_pcg::Pcg64;
 use serde::{Deserialize, Serialize};
 
+use crate::random::{normal, rng, uniform, Rng};
 use crate::trace::{Segment, Util};
 
 /// A configuration value out of range, or a reference to something that does not exist.
@@ -843,8 +841,8 @@ pub struct Gpu {
     /// (time scale, power scale) per DVFS level.
     dvfs: Vec<(f64, f64)>,
     clock: GpuClock,
-    rng: Pcg64,
-    read_rng: Pcg64,
+    rng: Rng,
+    read_rng: Rng,
     /// End of everything generated so far (queued or emitted).
     generated_s: f64,
     /// End of the last segment returned by `next_segment`.
@@ -859,8 +857,10 @@ pub struct Gpu {
     record: bool,
 }
 
-/// Seed mix for the clock-read generator (any fixed constant; `seed_from_u64` hashes it).
-const READ_STREAM: u64 = 0x9E37_79B9_7F4A_7C15;
+/// Stream of the timeline's generator (see [`crate::random::rng`]).
+const TIMELINE_STREAM: u64 = 0;
+/// Stream of the clock-read generator.
+const READ_STREAM: u64 = 1;
 
 impl Gpu {
     /// A GPU at true time 0, idle, about to start the workload's first step.
@@ -954,8 +954,8 @@ impl Gpu {
             steps,
             dvfs,
             clock,
-            rng: Pcg64::seed_from_u64(seed),
-            read_rng: Pcg64::seed_from_u64(seed ^ READ_STREAM),
+            rng: rng(seed, TIMELINE_STREAM),
+            read_rng: rng(seed, READ_STREAM),
             generated_s: 0.0,
             emitted_s: 0.0,
             step: 0,
@@ -1215,16 +1215,4 @@ impl Iterator for Gpu {
     fn next(&mut self) -> Option<Segment> {
         Some(self.next_segment())
     }
-}
-
-/// Uniform in `[0, 1)` from the top 53 bits of one output.
-fn uniform(rng: &mut Pcg64) -> f64 {
-    (rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-}
-
-/// Standard normal by Box-Muller (two uniforms per draw, the sine half discarded).
-fn normal(rng: &mut Pcg64) -> f64 {
-    let u1 = 1.0 - uniform(rng); // (0, 1]
-    let u2 = uniform(rng);
-    (-2.0 * u1.ln()).sqrt() * (TAU * u2).cos()
 }

@@ -3,9 +3,15 @@
 //! pseudo-terminal. Work in progress (issue 4).
 pub mod adc;
 pub mod clock;
+pub mod mcu;
 pub mod pty;
 pub mod random;
 pub mod rig;
+pub mod scenario;
+pub mod twin;
+
+pub use scenario::{default_scenario, load as load_scenario, Loaded, Scenario, ScenarioError};
+pub use twin::Twin;
 pub mod gpu;
 pub mod logger;
 pub mod trace;

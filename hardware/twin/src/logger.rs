@@ -319,9 +319,10 @@ impl LoggerConfig {
         }
     }
 
-    /// True time of report `k`: `phase_s + k * period_s`, in s.
+    /// True time of report `k`: `phase_s + k * period_s`, in s, rounded once (a fused
+    /// multiply-add), so that report times land on round values where they should.
     pub fn report_time_s(&self, k: u64) -> f64 {
-        self.phase_s + k as f64 * self.period_s
+        (k as f64).mul_add(self.period_s, self.phase_s)
     }
 
     /// Checks every field against its documented range.

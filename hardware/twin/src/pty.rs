@@ -114,7 +114,6 @@ impl embedded_io::WriteReady for Pty {
 mod tests {
     use super::*;
     use embedded_io::{Read as _, ReadReady as _, Write as _};
-    use std::io::{Read as _, Write as _};
 
     #[test]
     fn bytes_cross_the_pty_unchanged_in_both_directions() {

@@ -3,8 +3,8 @@
 
 use std::f64::consts::TAU;
 
-pub use rand_pcg::Pcg64 as Rng;
 use rand_core::{Rng as _, SeedableRng};
+pub use rand_pcg::Pcg64 as Rng;
 
 /// A generator for `seed`, with `stream` separating independent uses of one seed.
 pub fn rng(seed: u64, stream: u64) -> Rng {

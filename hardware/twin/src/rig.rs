@@ -132,7 +132,9 @@ impl RigDescription {
     pub fn validate(&self) -> Result<(), RigError> {
         let mut seen = [false; CHANNELS];
         for c in &self.channels {
-            let slot = seen.get_mut(usize::from(c.index)).ok_or(RigError::BadChannel(c.index))?;
+            let slot = seen
+                .get_mut(usize::from(c.index))
+                .ok_or(RigError::BadChannel(c.index))?;
             if *slot {
                 return Err(RigError::BadChannel(c.index));
             }
@@ -143,7 +145,10 @@ impl RigDescription {
                     rail: c.rail.clone(),
                 });
             }
-            for (what, v) in [("sensitivity", c.sensitivity), ("bandwidth_hz", c.bandwidth_hz)] {
+            for (what, v) in [
+                ("sensitivity", c.sensitivity),
+                ("bandwidth_hz", c.bandwidth_hz),
+            ] {
                 if !(v.is_finite() && v > 0.0) {
                     return Err(RigError::NotPositive(format!("channel {} {what}", c.index)));
                 }
@@ -273,9 +278,16 @@ impl<F: FnMut() -> Segment> FrontEnd<F> {
         rig.validate()?;
         let mut rails = Vec::new();
         for r in &rig.rails {
-            let t = truth.rails.iter().find(|t| t.name == r.name).ok_or_else(|| {
-                RigError::Mismatch(format!("the rig truth has no [[rig.rail]] for rail `{}`", r.name))
-            })?;
+            let t = truth
+                .rails
+                .iter()
+                .find(|t| t.name == r.name)
+                .ok_or_else(|| {
+                    RigError::Mismatch(format!(
+                        "the rig truth has no [[rig.rail]] for rail `{}`",
+                        r.name
+                    ))
+                })?;
             rails.push(Rail {
                 share: t.share,
                 source_v: t.source_v,
@@ -345,8 +357,12 @@ impl<F: FnMut() -> Segment> FrontEnd<F> {
     }
 
     fn target(&self, i: usize) -> f64 {
-        let Some(c) = self.channels.get(i) else { return 0.0 };
-        let Some(r) = self.rails.get(c.rail) else { return 0.0 };
+        let Some(c) = self.channels.get(i) else {
+            return 0.0;
+        };
+        let Some(r) = self.rails.get(c.rail) else {
+            return 0.0;
+        };
         let value = match c.measures {
             Measures::Current => r.current_a,
             Measures::Voltage => r.source_v - r.current_a * r.resistance_ohm,
@@ -357,6 +373,13 @@ impl<F: FnMut() -> Segment> FrontEnd<F> {
     /// Moves time to `t_s` (never backwards): the next [`Analog::sample`] is taken then.
     pub fn set_time(&mut self, t_s: f64) {
         self.t_s = t_s.max(self.t_s);
+    }
+
+    /// Moves time to `t_s` and brings the filters (and the GPU behind them) up to it,
+    /// without taking a sample: time goes on while the ADC is idle.
+    pub fn catch_up(&mut self, t_s: f64) {
+        self.set_time(t_s);
+        self.advance();
     }
 
     /// The rails now.
@@ -478,7 +501,12 @@ mod tests {
     fn constant(p: f64) -> impl FnMut() -> Segment {
         let mut t = 0.0;
         move || {
-            let s = Segment { start_s: t, end_s: t + 1e-3, power_w: p, util: Util::IDLE };
+            let s = Segment {
+                start_s: t,
+                end_s: t + 1e-3,
+                power_w: p,
+                util: Util::IDLE,
+            };
             t += 1e-3;
             s
         }
@@ -511,15 +539,15 @@ mod tests {
         let n = 20_000;
         let (mut sum, mut sq) = (0.0, 0.0);
         for k in 1..=n {
-            fe.set_time(k as f64 * 1e-5);
+            fe.set_time(f64::from(k) * 1e-5);
             let e = fe.sample()[0] - clean;
             sum += e;
             sq += e * e;
         }
-        let mean = sum / n as f64;
-        let rms = (sq / n as f64).sqrt();
+        let mean = sum / f64::from(n);
+        let rms = (sq / f64::from(n)).sqrt();
         // Standard errors: mean 1e-3 / sqrt(n) = 7 µV; RMS 1e-3 / sqrt(2n) = 0.5 %.
-        assert!(mean.abs() < 4.0 * 1e-3 / (n as f64).sqrt(), "{mean}");
+        assert!(mean.abs() < 4.0 * 1e-3 / (f64::from(n)).sqrt(), "{mean}");
         assert!((rms / 1e-3 - 1.0).abs() < 0.02, "{rms}");
     }
 
@@ -528,8 +556,17 @@ mod tests {
         // 100 W until 1 ms, then 400 W; read the slot current every microsecond.
         let mut t = 0.0;
         let steps = move || {
-            let (p, end) = if t < 1e-3 { (100.0, 1e-3) } else { (400.0, t + 1.0) };
-            let s = Segment { start_s: t, end_s: end, power_w: p, util: Util::IDLE };
+            let (p, end) = if t < 1e-3 {
+                (100.0, 1e-3)
+            } else {
+                (400.0, t + 1.0)
+            };
+            let s = Segment {
+                start_s: t,
+                end_s: end,
+                power_w: p,
+                util: Util::IDLE,
+            };
             t = end;
             s
         };
@@ -540,7 +577,7 @@ mod tests {
         let (lo, hi) = (100.0 * 0.1 / 12.0 * 0.05, 400.0 * 0.1 / 12.0 * 0.05);
         let mut worst: f64 = 0.0;
         for k in 1..=100 {
-            let t = 1e-3 + k as f64 * 1e-6;
+            let t = 1e-3 + f64::from(k) * 1e-6;
             fe.set_time(t);
             let v = fe.sample()[0];
             let dt = t - 1e-3;

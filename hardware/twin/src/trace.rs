@@ -425,7 +425,7 @@ impl StreamCursor {
     /// The exact energy over `[a_s, b_s]` in J, forgetting every segment that ends at or
     /// before `a_s`; `None` unless `a_s <= b_s` and the window covers the whole interval.
     pub fn energy_between(&mut self, a_s: f64, b_s: f64) -> Option<f64> {
-        if !(a_s <= b_s) {
+        if a_s.is_nan() || b_s.is_nan() || a_s > b_s {
             return None;
         }
         self.forget_before(a_s);
@@ -446,7 +446,7 @@ impl StreamCursor {
     /// Mean power over `[a_s, b_s]` in W (see [`energy_between`](StreamCursor::energy_between));
     /// `None` also when `b_s <= a_s`.
     pub fn mean_power(&mut self, a_s: f64, b_s: f64) -> Option<f64> {
-        if !(b_s > a_s) {
+        if a_s.is_nan() || b_s.is_nan() || b_s <= a_s {
             return None;
         }
         self.energy_between(a_s, b_s).map(|e| e / (b_s - a_s))

@@ -1,0 +1,729 @@
+//! The microcontroller, live: the real firmware core (`railtrace-firmware`) in two
+//! threads, its interrupt side and its main loop, against the simulated ADC and clock,
+//! with its serial link on a real pseudo-terminal.
+//!
+//! - The *sample thread* plays the timer interrupts. Every millisecond of host time it
+//!   runs every sample-timer tick that has come due (true time from the MCU clock model),
+//!   setting the analog front end to that instant and calling the core's sampler, which
+//!   drives the AD7606 model through the core's own driver. It also delivers trigger edges
+//!   whose arrival time has come, stamped as the timer's input capture would, and keeps
+//!   the GPU and its power logger moving with true time.
+//! - The *main thread* polls the core's device every 250 µs: commands in, frames out.
+//!
+//! True time is the host's monotonic clock since the twin started, so the twin runs in
+//! real time and a host talking to it sees a rig, not a simulation.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use heapless::spsc::Queue;
+use railtrace_firmware::ad7606::Ad7606;
+use railtrace_firmware::{
+    Board, Calibration, ChannelSpec, Description, Device, Edge, EdgeCapture, ErrorKind, Queues,
+    Sample, Sampler, Shared, CHANNELS,
+};
+use railtrace_protocol::Quantity;
+
+use crate::adc::SimAd7606;
+use crate::clock::McuClockConfig;
+use crate::pty::{Pty, PtyError};
+use crate::random::{normal, uniform, Rng};
+use crate::rig::{FrontEnd, Measures, RigDescription};
+use crate::trace::Segment;
+
+/// The sample queue between the twin's interrupt thread and main loop: 16384 samples
+/// (164 ms at 100 kS/s). Larger than the board's 256, because the twin's main loop is a
+/// host thread that the operating system may hold off for milliseconds.
+pub const SAMPLE_QUEUE: usize = 16384;
+const EDGE_QUEUE: usize = 256;
+
+/// How the trigger path behaves.
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TriggerPathConfig {
+    /// Mean delay from the host driving a trigger line to the rig's capture, s.
+    #[serde(default)]
+    pub latency_s: f64,
+    /// RMS jitter of that delay, s (Gaussian, truncated so the delay stays positive).
+    #[serde(default)]
+    pub jitter_s: f64,
+}
+
+/// Faults to inject on the link and the device.
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultConfig {
+    /// Probability that a frame the device sends gets one byte flipped (one bit of a byte
+    /// that is not its delimiter): the host must reject it and count it lost.
+    #[serde(default)]
+    pub corrupt_frame_probability: f64,
+    /// Probability that a frame loses one byte (not its delimiter).
+    #[serde(default)]
+    pub drop_byte_probability: f64,
+    /// The link goes away this long after the twin starts, s (the pseudo-terminal
+    /// closes; the device keeps running and counts the blocks it cannot send).
+    #[serde(default)]
+    pub disconnect_after_s: Option<f64>,
+    /// How long the link stays away, s; then a new pseudo-terminal appears behind the
+    /// same path.
+    #[serde(default = "default_disconnected_s")]
+    pub disconnected_s: f64,
+    /// The device resets (firmware restarts, sequence numbers from 0) this long after the
+    /// twin starts, s.
+    #[serde(default)]
+    pub reset_after_s: Option<f64>,
+    /// Bytes per second the link carries (a slow host reader or a slow UART); none = as
+    /// fast as the pseudo-terminal goes. Too slow a link makes the device drop blocks,
+    /// counted.
+    #[serde(default)]
+    pub link_bytes_per_s: Option<f64>,
+}
+
+fn default_disconnected_s() -> f64 {
+    1.0
+}
+
+/// The firmware's own settings in the twin.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FirmwareConfig {
+    /// Sample rates the device offers, Hz.
+    #[serde(default = "default_rates")]
+    pub sample_rates_hz: Vec<u32>,
+    /// Serial number it reports.
+    #[serde(default = "default_serial")]
+    pub serial: String,
+    /// BUSY polls a conversion takes in the ADC model.
+    #[serde(default = "default_busy_polls")]
+    pub busy_polls: u32,
+}
+
+fn default_rates() -> Vec<u32> {
+    vec![1_000, 10_000, 20_000, 50_000, 100_000]
+}
+fn default_serial() -> String {
+    "TWIN-0001".into()
+}
+fn default_busy_polls() -> u32 {
+    3
+}
+
+impl Default for FirmwareConfig {
+    fn default() -> Self {
+        FirmwareConfig {
+            sample_rates_hz: default_rates(),
+            serial: default_serial(),
+            busy_polls: default_busy_polls(),
+        }
+    }
+}
+
+/// Why the twin could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum TwinError {
+    /// The pseudo-terminal.
+    #[error(transparent)]
+    Pty(#[from] PtyError),
+    /// The rig.
+    #[error(transparent)]
+    Rig(#[from] crate::rig::RigError),
+    /// A file or link error.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// A thread of the twin panicked.
+    #[error("a twin thread failed: {0}")]
+    Thread(String),
+}
+
+/// What the twin counted while it ran: what it injected, so a host's counts can be
+/// checked against it.
+#[derive(Debug, Default)]
+pub struct TwinStats {
+    /// Frames sent with a flipped byte.
+    pub frames_corrupted: AtomicU64,
+    /// Frames sent with a byte missing.
+    pub frames_truncated: AtomicU64,
+    /// Frames the device wrote while the link was away (never seen by the host).
+    pub frames_unsent: AtomicU64,
+    /// Sample-timer ticks run.
+    pub ticks: AtomicU64,
+    /// Device resets injected.
+    pub resets: AtomicU64,
+    /// Disconnections injected.
+    pub disconnects: AtomicU64,
+}
+
+/// Start/stop of the sample timer, from the main loop's board to the sample thread.
+#[derive(Debug, Default)]
+struct SampleTimer {
+    running: AtomicBool,
+    period_ticks: AtomicU32,
+    first_tick: AtomicU64,
+    generation: AtomicU32,
+}
+
+/// Everything the sample thread needs from outside.
+pub struct Hardware<F> {
+    /// The rig as built.
+    pub rig: RigDescription,
+    /// The analog front end (GPU power to ADC inputs).
+    pub front_end: FrontEnd<F>,
+    /// Called every round with the true time reached: the GPU side drains its logger and
+    /// executions here.
+    pub on_time: Box<dyn FnMut(f64)>,
+}
+
+impl<F> std::fmt::Debug for Hardware<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hardware")
+            .field("rig", &self.rig.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The device side of the twin, running.
+#[derive(Debug)]
+pub struct Mcu {
+    path: PathBuf,
+    dir: PathBuf,
+    stop: Arc<AtomicBool>,
+    triggers: mpsc::Sender<(u8, bool)>,
+    stats: Arc<TwinStats>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    failure: Arc<Mutex<Option<String>>>,
+}
+
+/// The MCU's settings.
+#[derive(Debug, Clone)]
+pub struct McuConfig {
+    /// Its clock.
+    pub clock: McuClockConfig,
+    /// Its firmware settings.
+    pub firmware: FirmwareConfig,
+    /// The trigger path.
+    pub trigger: TriggerPathConfig,
+    /// Faults to inject.
+    pub faults: FaultConfig,
+    /// Seed for the trigger jitter and the faults.
+    pub seed: u64,
+}
+
+impl Mcu {
+    /// Starts the MCU: opens the pseudo-terminal (its stable path is [`Mcu::path`]) and
+    /// the two threads. `make_hardware` runs on the sample thread and builds what lives
+    /// there (the front end borrows nothing across threads).
+    pub fn start<F, H>(config: McuConfig, make_hardware: H) -> Result<Mcu, TwinError>
+    where
+        F: FnMut() -> Segment + 'static,
+        H: FnOnce() -> Result<Hardware<F>, TwinError> + Send + 'static,
+    {
+        static STARTED: AtomicU32 = AtomicU32::new(0);
+        let n = STARTED.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("railtrace-twin-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let path = dir.join("tty");
+        let pty = Pty::open()?;
+        link(pty.path(), &path)?;
+
+        let t0 = Instant::now();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stats = Arc::new(TwinStats::default());
+        let failure = Arc::new(Mutex::new(None));
+        let timer = Arc::new(SampleTimer::default());
+        let (trigger_tx, trigger_rx) = mpsc::channel::<(u8, bool)>();
+        // The queues and shared state live as long as the process: the firmware core is
+        // written for statics, and a twin runs once or a few times per process.
+        let shared: &'static Shared = Box::leak(Box::new(Shared::new()));
+        let samples: &'static mut Queue<Sample, SAMPLE_QUEUE> = Box::leak(Box::new(Queue::new()));
+        let edges: &'static mut Queue<Edge, EDGE_QUEUE> = Box::leak(Box::new(Queue::new()));
+        let (sample_in, sample_out) = samples.split();
+        let (edge_in, edge_out) = edges.split();
+        let (desc_tx, desc_rx) = mpsc::channel::<Result<Description, String>>();
+
+        let mut threads = Vec::new();
+        {
+            let (stop, stats, timer, failure) =
+                (stop.clone(), stats.clone(), timer.clone(), failure.clone());
+            let config = config.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("twin-sample".into())
+                    .spawn(move || {
+                        let hw = match make_hardware() {
+                            Ok(hw) => hw,
+                            Err(e) => {
+                                let _ = desc_tx.send(Err(e.to_string()));
+                                return;
+                            }
+                        };
+                        let _ = desc_tx.send(Ok(description(&hw.rig, &config)));
+                        let result = sample_thread(
+                            hw, &config, t0, shared, sample_in, edge_in, trigger_rx, &timer, &stop,
+                            &stats,
+                        );
+                        if let Err(e) = result {
+                            *failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                            stop.store(true, Ordering::Relaxed);
+                        }
+                    })?,
+            );
+        }
+        let description = match desc_rx.recv() {
+            Ok(Ok(d)) => d,
+            Ok(Err(e)) => return Err(TwinError::Thread(e)),
+            Err(_) => return Err(TwinError::Thread("the sample thread died at start".into())),
+        };
+        {
+            let (stop, stats, timer, path) =
+                (stop.clone(), stats.clone(), timer.clone(), path.clone());
+            threads.push(std::thread::Builder::new().name("twin-main".into()).spawn(
+                move || {
+                    main_thread(
+                        description,
+                        config,
+                        t0,
+                        shared,
+                        Queues {
+                            samples: sample_out,
+                            edges: edge_out,
+                        },
+                        pty,
+                        &path,
+                        &timer,
+                        &stop,
+                        &stats,
+                    )
+                },
+            )?);
+        }
+        Ok(Mcu {
+            path,
+            dir,
+            stop,
+            triggers: trigger_tx,
+            stats,
+            threads,
+            failure,
+        })
+    }
+
+    /// The device's serial port: a stable link to the current pseudo-terminal.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Drives the host-side trigger output `line` (as a GPIO or a USB-UART line would):
+    /// the edge reaches the rig's capture after the trigger path's latency and jitter.
+    pub fn trigger(&self, line: u8, high: bool) {
+        let _ = self.triggers.send((line, high));
+    }
+
+    /// What the twin injected so far.
+    pub fn stats(&self) -> &TwinStats {
+        &self.stats
+    }
+
+    /// True while both threads run.
+    pub fn is_running(&self) -> bool {
+        !self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Stops the threads and closes the port. Reports a thread's failure, if any.
+    pub fn stop(mut self) -> Result<(), TwinError> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Result<(), TwinError> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut panicked = None;
+        for t in self.threads.drain(..) {
+            if let Err(p) = t.join() {
+                panicked = Some(format!("{p:?}"));
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+        let failure = self
+            .failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        match failure.or(panicked) {
+            Some(e) => Err(TwinError::Thread(e)),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Mcu {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+/// Points `link` at `target`, replacing what was there.
+fn link(target: &Path, link: &Path) -> std::io::Result<()> {
+    let tmp = link.with_extension("new");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(target, &tmp)?;
+    std::fs::rename(&tmp, link)
+}
+
+/// The DeviceInfo of the twin's firmware, from the rig description. Names and the like
+/// must be `'static` for the firmware core; they are leaked once per twin.
+fn description(rig: &RigDescription, config: &McuConfig) -> Description {
+    let lsb_v = 2.0 * rig.adc.range_v / 65536.0;
+    let mut channels = Vec::new();
+    for c in &rig.channels {
+        let (quantity, suffix) = match c.measures {
+            Measures::Current => (Quantity::Current, "I"),
+            Measures::Voltage => (Quantity::Voltage, "V"),
+        };
+        let mut name = format!("{}_{suffix}", c.rail);
+        name.truncate(railtrace_protocol::MAX_CHANNEL_NAME_LEN);
+        channels.push(ChannelSpec {
+            index: c.index,
+            quantity,
+            name: Box::leak(name.into_boxed_str()),
+            default_calibration: Calibration {
+                scale: (lsb_v / c.sensitivity) as f32,
+                offset: 0.0,
+            },
+        });
+    }
+    let inputs = rig
+        .triggers
+        .iter()
+        .filter(|t| t.direction == "input")
+        .count();
+    let outputs = rig
+        .triggers
+        .iter()
+        .filter(|t| t.direction == "output")
+        .count();
+    let mut serial = config.firmware.serial.clone();
+    serial.truncate(railtrace_protocol::MAX_ID_LEN);
+    Description {
+        board: "railtrace twin",
+        serial: Box::leak(serial.into_boxed_str()),
+        firmware_version: (0, 1, 0),
+        tick_hz: config.clock.tick_hz,
+        adc_bits: rig.adc.bits,
+        test_signal: false,
+        sample_rates_hz: Box::leak(config.firmware.sample_rates_hz.clone().into_boxed_slice()),
+        trigger_inputs: inputs.min(4) as u8,
+        trigger_outputs: outputs.min(4) as u8,
+        channels: Box::leak(channels.into_boxed_slice()),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn sample_thread<F: FnMut() -> Segment>(
+    hw: Hardware<F>,
+    config: &McuConfig,
+    t0: Instant,
+    shared: &'static Shared,
+    samples: heapless::spsc::Producer<'static, Sample, SAMPLE_QUEUE>,
+    edges: heapless::spsc::Producer<'static, Edge, EDGE_QUEUE>,
+    triggers: mpsc::Receiver<(u8, bool)>,
+    timer: &SampleTimer,
+    stop: &AtomicBool,
+    stats: &TwinStats,
+) -> Result<(), String> {
+    let Hardware {
+        front_end,
+        mut on_time,
+        ..
+    } = hw;
+    let chip = SimAd7606::new(front_end, config.firmware.busy_polls);
+    let (spi, convst, busy) = chip.pins();
+    let adc = Ad7606::new(spi, convst, busy).map_err(|e| format!("ADC: {e:?}"))?;
+    let mut sampler: Sampler<'_, _, SAMPLE_QUEUE> = Sampler::new(adc, samples, shared);
+    let mut capture: EdgeCapture<'_, EDGE_QUEUE> = EdgeCapture::new(edges, shared);
+    let clock = config.clock;
+    let mut rng: Rng = crate::random::rng(config.seed, 0x7419);
+    // Edges on their way to the capture: (arrival true time, line, rising).
+    let mut in_flight: VecDeque<(f64, u8, bool)> = VecDeque::new();
+    let mut generation = 0;
+    let mut next_tick = 0u64;
+    let mut period = 1u64;
+    let round = Duration::from_millis(1);
+    let mut wake = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        let now_s = t0.elapsed().as_secs_f64();
+        while let Ok((line, high)) = triggers.try_recv() {
+            let tp = config.trigger;
+            let delay = (tp.latency_s + tp.jitter_s * normal(&mut rng)).max(0.0);
+            let arrival = now_s + delay;
+            let at = in_flight.partition_point(|e| e.0 <= arrival);
+            in_flight.insert(at, (arrival, line, high));
+        }
+        let g = timer.generation.load(Ordering::Acquire);
+        if g != generation {
+            generation = g;
+            next_tick = timer.first_tick.load(Ordering::Acquire);
+            period = u64::from(timer.period_ticks.load(Ordering::Acquire)).max(1);
+        }
+        let mut deliver = |until_s: f64, capture: &mut EdgeCapture<'_, EDGE_QUEUE>| {
+            while in_flight.front().is_some_and(|e| e.0 <= until_s) {
+                if let Some((t, line, rising)) = in_flight.pop_front() {
+                    capture.on_edge(line, rising, clock.ticks_at(t));
+                }
+            }
+        };
+        if timer.running.load(Ordering::Acquire) {
+            loop {
+                let t = clock.time_at(next_tick);
+                if t > now_s {
+                    break;
+                }
+                deliver(t, &mut capture);
+                chip.with_analog(|fe| fe.set_time(t));
+                sampler.on_tick(next_tick);
+                stats.ticks.fetch_add(1, Ordering::Relaxed);
+                next_tick += period;
+            }
+        }
+        deliver(now_s, &mut capture);
+        chip.with_analog(|fe| fe.catch_up(now_s));
+        on_time(now_s);
+        wake += round;
+        let now = Instant::now();
+        if wake > now {
+            std::thread::sleep(wake - now);
+        } else {
+            wake = now; // behind: do not try to catch up in a burst of rounds
+        }
+    }
+    Ok(())
+}
+
+/// The board as the firmware's main loop sees it.
+struct TwinBoard {
+    t0: Instant,
+    clock: McuClockConfig,
+    timer: Arc<SampleTimer>,
+    stored: Option<[Calibration; CHANNELS]>,
+}
+
+impl Board for TwinBoard {
+    fn now(&mut self) -> u64 {
+        self.clock.ticks_at(self.t0.elapsed().as_secs_f64())
+    }
+    fn start_sampling(&mut self, rate_hz: u32) -> Result<u32, ErrorKind> {
+        let period = self
+            .clock
+            .tick_hz
+            .checked_div(rate_hz)
+            .ok_or(ErrorKind::Unsupported)?;
+        if period == 0 {
+            return Err(ErrorKind::Unsupported);
+        }
+        let now = self.now();
+        let t = &self.timer;
+        t.period_ticks.store(period, Ordering::Release);
+        t.first_tick
+            .store(now + u64::from(period), Ordering::Release);
+        t.generation.fetch_add(1, Ordering::AcqRel);
+        t.running.store(true, Ordering::Release);
+        Ok(period)
+    }
+    fn stop_sampling(&mut self) {
+        self.timer.running.store(false, Ordering::Release);
+    }
+    fn set_trigger_output(&mut self, _line: u8, _high: bool) -> Result<(), ErrorKind> {
+        Ok(())
+    }
+    fn store_calibration(&mut self, c: &[Calibration; CHANNELS]) -> Result<(), ErrorKind> {
+        self.stored = Some(*c);
+        Ok(())
+    }
+}
+
+/// The link as the device sees it: the pseudo-terminal (when connected) with faults.
+struct Link {
+    pty: Option<Pty>,
+    rng: Rng,
+    faults: FaultConfig,
+    /// Position in the current outgoing frame, and whether it has been damaged.
+    in_frame: usize,
+    damaged: bool,
+    budget: f64,
+    last_refill: Instant,
+    stats: Arc<TwinStats>,
+}
+
+impl embedded_io::ErrorType for Link {
+    type Error = std::io::Error;
+}
+
+impl embedded_io::Read for Link {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match &mut self.pty {
+            Some(p) => p.read(buf),
+            None => Ok(0),
+        }
+    }
+}
+
+impl embedded_io::ReadReady for Link {
+    fn read_ready(&mut self) -> std::io::Result<bool> {
+        match &mut self.pty {
+            Some(p) => p.read_ready(),
+            None => Ok(false),
+        }
+    }
+}
+
+impl embedded_io::WriteReady for Link {
+    fn write_ready(&mut self) -> std::io::Result<bool> {
+        if let Some(rate) = self.faults.link_bytes_per_s {
+            let now = Instant::now();
+            self.budget = (self.budget + rate * (now - self.last_refill).as_secs_f64())
+                .min(rate * 0.01 + 64.0);
+            self.last_refill = now;
+            if self.budget < 1.0 {
+                return Ok(false);
+            }
+        }
+        match &mut self.pty {
+            Some(p) => p.write_ready(),
+            None => Ok(true), // into the void, as a UART with nothing attached
+        }
+    }
+}
+
+impl embedded_io::Write for Link {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut n = buf.len();
+        if self.faults.link_bytes_per_s.is_some() {
+            n = n.min(self.budget.max(1.0) as usize);
+            self.budget -= n as f64;
+        }
+        // Pass bytes through one frame at a time, deciding each frame's fate at its
+        // first byte.
+        let mut out = Vec::with_capacity(n);
+        for &b in buf.iter().take(n) {
+            if self.in_frame == 0 && b != 0 {
+                self.damaged = false;
+            }
+            let delimiter = b == 0;
+            let mut byte = Some(b);
+            if !delimiter && !self.damaged && self.in_frame > 0 {
+                let f = self.faults;
+                if f.corrupt_frame_probability > 0.0
+                    && uniform(&mut self.rng) < f.corrupt_frame_probability
+                {
+                    let bit = (uniform(&mut self.rng) * 8.0) as u8 & 7;
+                    byte = Some(b ^ (1 << bit));
+                    self.damaged = true;
+                    self.stats.frames_corrupted.fetch_add(1, Ordering::Relaxed);
+                } else if f.drop_byte_probability > 0.0
+                    && uniform(&mut self.rng) < f.drop_byte_probability
+                {
+                    byte = None;
+                    self.damaged = true;
+                    self.stats.frames_truncated.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            if delimiter {
+                if self.pty.is_none() {
+                    self.stats.frames_unsent.fetch_add(1, Ordering::Relaxed);
+                }
+                self.in_frame = 0;
+            } else {
+                self.in_frame += 1;
+            }
+            out.extend(byte);
+        }
+        if let Some(p) = &mut self.pty {
+            embedded_io::Write::write_all(p, &out)?;
+        }
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn main_thread(
+    description: Description,
+    config: McuConfig,
+    t0: Instant,
+    shared: &'static Shared,
+    mut queues: Queues<'static, SAMPLE_QUEUE, EDGE_QUEUE>,
+    pty: Pty,
+    path: &Path,
+    timer: &Arc<SampleTimer>,
+    stop: &AtomicBool,
+    stats: &Arc<TwinStats>,
+) {
+    let mut board = TwinBoard {
+        t0,
+        clock: config.clock,
+        timer: timer.clone(),
+        stored: None,
+    };
+    let mut link = Link {
+        pty: Some(pty),
+        rng: crate::random::rng(config.seed, 0xFA17),
+        faults: config.faults,
+        in_frame: 0,
+        damaged: false,
+        budget: 0.0,
+        last_refill: Instant::now(),
+        stats: stats.clone(),
+    };
+    let f = config.faults;
+    let mut disconnected_at: Option<f64> = None;
+    let mut reset_done = false;
+    loop {
+        // A device runs until it resets; the loop below restarts it.
+        let mut device: Device<'_, SAMPLE_QUEUE, EDGE_QUEUE> =
+            Device::new(description, board.stored, shared, queues);
+        let mut restart = false;
+        while !stop.load(Ordering::Relaxed) {
+            let now_s = t0.elapsed().as_secs_f64();
+            if let (Some(after), None, true) =
+                (f.disconnect_after_s, disconnected_at, link.pty.is_some())
+            {
+                if now_s >= after {
+                    link.pty = None;
+                    disconnected_at = Some(now_s);
+                    stats.disconnects.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            if let (Some(at), None) = (disconnected_at, &link.pty) {
+                if now_s >= at + f.disconnected_s {
+                    if let Ok(p) = Pty::open() {
+                        if self::link(p.path(), path).is_ok() {
+                            link.pty = Some(p);
+                        }
+                    }
+                }
+            }
+            if let (Some(after), false) = (f.reset_after_s, reset_done) {
+                if now_s >= after {
+                    reset_done = true;
+                    restart = true;
+                    stats.resets.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
+            }
+            if device.poll(&mut board, &mut link).is_err() {
+                // The host side went away mid-write; the port stays, the host may return.
+            }
+            std::thread::sleep(Duration::from_micros(250));
+        }
+        if !restart {
+            return;
+        }
+        // A reset: the sample timer stops, the firmware starts over with its queues.
+        board.stop_sampling();
+        queues = device.into_queues();
+    }
+}
