@@ -1,1 +1,2 @@
-//! The railtrace host library. Empty until issue 5 lands: nothing here works yet.
+//! The railtrace host library. Capture, recording and the rest come with issue 5; for now
+//! it holds what the command line shares.

@@ -64,6 +64,10 @@ pub struct FaultConfig {
     /// Probability that a frame loses one byte (not its delimiter).
     #[serde(default)]
     pub drop_byte_probability: f64,
+    /// Frames are corrupted or truncated only until this long after the twin starts, s
+    /// (none: for ever).
+    #[serde(default)]
+    pub damage_until_s: Option<f64>,
     /// The link goes away this long after the twin starts, s (the pseudo-terminal
     /// closes; the device keeps running and counts the blocks it cannot send).
     #[serde(default)]
@@ -548,12 +552,47 @@ struct Link {
     pty: Option<Pty>,
     rng: Rng,
     faults: FaultConfig,
-    /// Position in the current outgoing frame, and whether it has been damaged.
+    /// Position in the current outgoing frame, and what happens to it.
     in_frame: usize,
-    damaged: bool,
+    fate: Fate,
     budget: f64,
     last_refill: Instant,
+    started: Instant,
     stats: Arc<TwinStats>,
+}
+
+/// What the link does to one frame.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Fate {
+    Intact,
+    Corrupt { at: usize, bit: u8 },
+    Drop { at: usize },
+}
+
+impl Link {
+    fn draw_fate(&mut self) -> Fate {
+        let f = self.faults;
+        let active = f
+            .damage_until_s
+            .is_none_or(|until| self.started.elapsed().as_secs_f64() < until);
+        if !active {
+            return Fate::Intact;
+        }
+        let at = 1 + (uniform(&mut self.rng) * 10.0) as usize;
+        let u = uniform(&mut self.rng);
+        if u < f.corrupt_frame_probability {
+            self.stats.frames_corrupted.fetch_add(1, Ordering::Relaxed);
+            Fate::Corrupt {
+                at,
+                bit: (uniform(&mut self.rng) * 8.0) as u8 & 7,
+            }
+        } else if u < f.corrupt_frame_probability + f.drop_byte_probability {
+            self.stats.frames_truncated.fetch_add(1, Ordering::Relaxed);
+            Fate::Drop { at }
+        } else {
+            Fate::Intact
+        }
+    }
 }
 
 impl embedded_io::ErrorType for Link {
@@ -604,39 +643,27 @@ impl embedded_io::Write for Link {
             self.budget -= n as f64;
         }
         // Pass bytes through one frame at a time, deciding each frame's fate at its
-        // first byte.
+        // first byte: damage, if any, falls on one of its bytes 1 to 10 (every frame has
+        // at least 11 bytes before its delimiter), never on the delimiter.
         let mut out = Vec::with_capacity(n);
         for &b in buf.iter().take(n) {
-            if self.in_frame == 0 && b != 0 {
-                self.damaged = false;
-            }
-            let delimiter = b == 0;
-            let mut byte = Some(b);
-            if !delimiter && !self.damaged && self.in_frame > 0 {
-                let f = self.faults;
-                if f.corrupt_frame_probability > 0.0
-                    && uniform(&mut self.rng) < f.corrupt_frame_probability
-                {
-                    let bit = (uniform(&mut self.rng) * 8.0) as u8 & 7;
-                    byte = Some(b ^ (1 << bit));
-                    self.damaged = true;
-                    self.stats.frames_corrupted.fetch_add(1, Ordering::Relaxed);
-                } else if f.drop_byte_probability > 0.0
-                    && uniform(&mut self.rng) < f.drop_byte_probability
-                {
-                    byte = None;
-                    self.damaged = true;
-                    self.stats.frames_truncated.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            if delimiter {
+            if b == 0 {
                 if self.pty.is_none() {
                     self.stats.frames_unsent.fetch_add(1, Ordering::Relaxed);
                 }
                 self.in_frame = 0;
-            } else {
-                self.in_frame += 1;
+                out.push(b);
+                continue;
             }
+            if self.in_frame == 0 {
+                self.fate = self.draw_fate();
+            }
+            let byte = match self.fate {
+                Fate::Corrupt { at, bit } if at == self.in_frame => Some(b ^ (1 << bit)),
+                Fate::Drop { at } if at == self.in_frame => None,
+                _ => Some(b),
+            };
+            self.in_frame += 1;
             out.extend(byte);
         }
         if let Some(p) = &mut self.pty {
@@ -673,9 +700,10 @@ fn main_thread(
         rng: crate::random::rng(config.seed, 0xFA17),
         faults: config.faults,
         in_frame: 0,
-        damaged: false,
+        fate: Fate::Intact,
         budget: 0.0,
         last_refill: Instant::now(),
+        started: t0,
         stats: stats.clone(),
     };
     let f = config.faults;

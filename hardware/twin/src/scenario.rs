@@ -56,7 +56,11 @@ pub struct Scenario {
 
 /// A scenario that cannot be used, with where.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{file}{}: {field}: {message}", line.map(|l| format!(":{l}")).unwrap_or_default())]
+#[error(
+    "{file}{}{}: {message}",
+    line.map(|l| format!(":{l}")).unwrap_or_default(),
+    if field.is_empty() { String::new() } else { format!(": {field}") }
+)]
 pub struct ScenarioError {
     /// The file.
     pub file: String,

@@ -1,0 +1,2 @@
+//! One subcommand per file.
+pub mod twin;

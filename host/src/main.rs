@@ -1,0 +1,30 @@
+//! The `railtrace` command.
+
+use clap::{Parser, Subcommand};
+
+mod cmd;
+
+/// railtrace: an external power meter for GPU power rails, and its digital twin.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// The digital twin of the bench.
+    Twin(cmd::twin::Args),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Twin(args) => cmd::twin::run(args),
+    };
+    if let Err(e) = result {
+        eprintln!("railtrace: {e:#}");
+        std::process::exit(1);
+    }
+}
