@@ -49,7 +49,6 @@ async fn host_counts_exactly_the_frames_the_twin_damaged() {
             break;
         }
     }
-    }
     let mut id = 2;
     loop {
         let got = dev
