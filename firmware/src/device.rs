@@ -289,22 +289,34 @@ impl<'a, const Q: usize, const E: usize> Device<'a, Q, E> {
         }
     }
 
+    /// Moves queued samples into blocks. A block that is complete waits in place for a
+    /// transmit slot, and the samples behind it wait in the queue, so a link that is
+    /// briefly slow costs nothing. Only when the queue is more than half full behind a
+    /// block that finds no slot is that block dropped, counted as `dropped_link`: the
+    /// link, not the main loop, is what cannot keep up.
     fn collect_samples(&mut self, now: u64) {
         let channels = self.config.mask.count_ones() as usize;
         let max = max_block_samples(channels) as u16;
         for _ in 0..Q {
-            let Some(s) = self.queues.samples.dequeue() else {
+            let Some(&next) = self.queues.samples.peek() else {
                 break;
             };
             if !self.running {
-                continue; // left over from a run that has ended
+                // Converted as the run ended, after its last block: counted, not sent.
+                self.queues.samples.dequeue();
+                self.counters.dropped_link += 1;
+                continue;
             }
+            let b = &self.block;
+            let gap = b.count > 0 && next.index != b.first_index + u64::from(b.count);
+            if (gap || b.count >= max) && !self.close_block(false) {
+                break;
+            }
+            let Some(s) = self.queues.samples.dequeue() else {
+                break;
+            };
             if self.t0.is_none() {
                 self.t0 = Some(s.tick.saturating_sub(s.index * self.sample_period_ticks));
-            }
-            let b = &mut self.block;
-            if b.count > 0 && s.index != b.first_index + u64::from(b.count) {
-                self.close_block();
             }
             let b = &mut self.block;
             if b.count == 0 {
@@ -321,28 +333,34 @@ impl<'a, const Q: usize, const E: usize> Device<'a, Q, E> {
                 }
             }
             b.count += 1;
-            if b.count >= max {
-                self.close_block();
-            }
         }
-        // Bound the latency at low rates: no sample waits more than 10 ms for its block.
         let b = &self.block;
-        if b.count > 0 && now.saturating_sub(b.first_tick) > u64::from(self.desc.tick_hz / 100) {
-            self.close_block();
+        // A full block goes as soon as it can; and no sample waits more than 10 ms for
+        // its block at low rates.
+        if b.count >= max
+            || (b.count > 0 && now.saturating_sub(b.first_tick) > u64::from(self.desc.tick_hz / 100))
+        {
+            self.close_block(false);
         }
     }
 
-    fn close_block(&mut self) {
+    /// Queues the current block for the link if a slot is free. Otherwise, when `force`
+    /// (at Stop) or when the sample queue is more than half full, drops it, counted;
+    /// else leaves it in place and returns false.
+    fn close_block(&mut self, force: bool) -> bool {
         if self.block.count == 0 {
-            return;
+            return true;
         }
         if self.free() > CONTROL_RESERVE {
             self.push(Slot::Block(self.block));
-        } else {
+        } else if force || self.queues.samples.len() > Q / 2 {
             self.counters.dropped_link += u64::from(self.block.count);
+        } else {
+            return false;
         }
         self.block.count = 0;
         self.block.len = 0;
+        true
     }
 
     fn collect_edges(&mut self, now: u64) {
@@ -528,8 +546,15 @@ impl<'a, const Q: usize, const E: usize> Device<'a, Q, E> {
                 if self.running {
                     board.stop_sampling();
                     self.shared.stop();
-                    self.collect_samples(board.now());
-                    self.close_block();
+                    // Every sample of the run goes out, or is counted as dropped.
+                    loop {
+                        self.collect_samples(board.now());
+                        let drained = !self.queues.samples.ready();
+                        self.close_block(true);
+                        if drained {
+                            break;
+                        }
+                    }
                     self.running = false;
                     self.push(Slot::Status);
                 }

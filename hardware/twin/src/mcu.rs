@@ -555,6 +555,7 @@ struct Link {
     /// Position in the current outgoing frame, and what happens to it.
     in_frame: usize,
     fate: Fate,
+    outgoing: VecDeque<u8>,
     budget: f64,
     last_refill: Instant,
     started: Instant,
@@ -628,10 +629,32 @@ impl embedded_io::WriteReady for Link {
                 return Ok(false);
             }
         }
-        match &mut self.pty {
-            Some(p) => p.write_ready(),
-            None => Ok(true), // into the void, as a UART with nothing attached
+        self.drain()?;
+        Ok(self.outgoing.len() < HOST_BUFFER)
+    }
+}
+
+/// Bytes the host's serial driver buffers between the device and the reading program
+/// (a USB-serial driver's buffers; the pseudo-terminal's own are a few kB): the device
+/// sees a full link only when a reader has fallen this far behind.
+const HOST_BUFFER: usize = 256 * 1024;
+
+impl Link {
+    /// Moves what the pseudo-terminal will take now.
+    fn drain(&mut self) -> std::io::Result<()> {
+        let Some(p) = &mut self.pty else {
+            self.outgoing.clear(); // into the void, as a UART with nothing attached
+            return Ok(());
+        };
+        while !self.outgoing.is_empty() && embedded_io::WriteReady::write_ready(p)? {
+            let (front, _) = self.outgoing.as_slices();
+            let n = embedded_io::Write::write(p, front)?;
+            if n == 0 {
+                break;
+            }
+            self.outgoing.drain(..n);
         }
+        Ok(())
     }
 }
 
@@ -666,9 +689,8 @@ impl embedded_io::Write for Link {
             self.in_frame += 1;
             out.extend(byte);
         }
-        if let Some(p) = &mut self.pty {
-            embedded_io::Write::write_all(p, &out)?;
-        }
+        self.outgoing.extend(out);
+        self.drain()?;
         Ok(n)
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -701,6 +723,7 @@ fn main_thread(
         faults: config.faults,
         in_frame: 0,
         fate: Fate::Intact,
+        outgoing: VecDeque::with_capacity(HOST_BUFFER),
         budget: 0.0,
         last_refill: Instant::now(),
         started: t0,
