@@ -338,7 +338,8 @@ impl<'a, const Q: usize, const E: usize> Device<'a, Q, E> {
         // A full block goes as soon as it can; and no sample waits more than 10 ms for
         // its block at low rates.
         if b.count >= max
-            || (b.count > 0 && now.saturating_sub(b.first_tick) > u64::from(self.desc.tick_hz / 100))
+            || (b.count > 0
+                && now.saturating_sub(b.first_tick) > u64::from(self.desc.tick_hz / 100))
         {
             self.close_block(false);
         }

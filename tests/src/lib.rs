@@ -199,9 +199,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
 
 /// Held by every test that runs a real-time twin or emulator, so that they run one at a
 /// time: two at once would share two cores with the test harness and miss real time.
-pub fn realtime_lock() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+pub async fn realtime_lock() -> tokio::sync::MutexGuard<'static, ()> {
+    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    LOCK.lock().await
 }
 
 /// The result code of request `id` in `got`.

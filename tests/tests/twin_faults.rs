@@ -29,7 +29,7 @@ fn open(path: &std::path::Path) -> Client<tokio_serial::SerialStream> {
 
 #[tokio::test(flavor = "current_thread")]
 async fn host_counts_exactly_the_frames_the_twin_damaged() {
-    let _one_at_a_time = railtrace_tests::realtime_lock();
+    let _one_at_a_time = railtrace_tests::realtime_lock().await;
     let twin = railtrace_twin::Twin::start(&scenario(
         "corrupt_frame_probability = 0.02\ndrop_byte_probability = 0.02\ndamage_until_s = 1.5",
     ))
@@ -115,7 +115,7 @@ async fn host_counts_exactly_the_frames_the_twin_damaged() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_disconnected_link_returns_behind_the_same_path_and_a_reset_restarts_numbering() {
-    let _one_at_a_time = railtrace_tests::realtime_lock();
+    let _one_at_a_time = railtrace_tests::realtime_lock().await;
     let twin = railtrace_twin::Twin::start(&scenario(
         "disconnect_after_s = 0.5\ndisconnected_s = 0.5\nreset_after_s = 2.0",
     ))

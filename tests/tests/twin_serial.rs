@@ -12,7 +12,7 @@ const T: Duration = Duration::from_secs(10);
 
 #[tokio::test(flavor = "current_thread")]
 async fn twin_streams_eight_channels_at_100_ksps_in_real_time() {
-    let _one_at_a_time = railtrace_tests::realtime_lock();
+    let _one_at_a_time = railtrace_tests::realtime_lock().await;
     let loaded = railtrace_twin::default_scenario();
     let twin = railtrace_twin::Twin::start(&loaded).expect("the twin starts");
     let port = tokio_serial::new(twin.path().to_string_lossy(), 921_600)
@@ -57,7 +57,13 @@ async fn twin_streams_eight_channels_at_100_ksps_in_real_time() {
             first_index, codes, ..
         } = dev.recv(T).await.unwrap()
         {
-            assert_eq!(first_index, next, "no sample dropped (host lost {} frames; {:?} after start)", dev.seq.lost, start.elapsed());
+            assert_eq!(
+                first_index,
+                next,
+                "no sample dropped (host lost {} frames; {:?} after start)",
+                dev.seq.lost,
+                start.elapsed()
+            );
             for s in &codes {
                 // Power from the codes and the calibration the device reports.
                 let p: f64 = (0..4)

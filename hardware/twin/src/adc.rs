@@ -3,8 +3,9 @@
 //!
 //! On CONVST's rising edge the chip samples its eight inputs (from an [`Analog`] front
 //! end, at that instant) and raises BUSY for a few polls, as a 4 µs conversion does; the
-//! next SPI read clocks out the eight codes, MSB first. Codes are those of the ±10 V range:
-//! `round(v / 20 V × 65536)`, clamped to the i16 range.
+//! next SPI read clocks out the eight codes, MSB first. Codes are those of the chosen
+//! range (RANGE pin: ±10 V or ±5 V): `round(v / (2 × range) × 65536)`, clamped to the i16
+//! range.
 
 use std::cell::RefCell;
 use std::convert::Infallible;
@@ -20,12 +21,9 @@ pub trait Analog {
     fn sample(&mut self) -> [f64; CHANNELS];
 }
 
-/// Full scale of the ±10 V range, volts.
-pub const RANGE_V: f64 = 10.0;
-
-/// The code the AD7606 gives for `v` volts on the ±10 V range.
-pub fn code_for(v: f64) -> i16 {
-    let code = (v / (2.0 * RANGE_V) * 65536.0).round();
+/// The code the AD7606 gives for `v` volts on the ±`range_v` range.
+pub fn code_for(v: f64, range_v: f64) -> i16 {
+    let code = (v / (2.0 * range_v) * 65536.0).round();
     code.clamp(f64::from(i16::MIN), f64::from(i16::MAX)) as i16
 }
 
@@ -35,6 +33,7 @@ struct Chip<A> {
     convst_high: bool,
     busy_polls_left: u32,
     busy_polls: u32,
+    range_v: f64,
     result: [i16; CHANNELS],
     conversions: u64,
 }
@@ -55,13 +54,15 @@ pub struct Busy<A>(Rc<RefCell<Chip<A>>>);
 pub struct Spi<A>(Rc<RefCell<Chip<A>>>);
 
 impl<A: Analog> SimAd7606<A> {
-    /// A chip whose conversions keep BUSY high for `busy_polls` reads of the pin.
-    pub fn new(analog: A, busy_polls: u32) -> Self {
+    /// A chip on the ±`range_v` range whose conversions keep BUSY high for `busy_polls`
+    /// reads of the pin.
+    pub fn new(analog: A, busy_polls: u32, range_v: f64) -> Self {
         SimAd7606(Rc::new(RefCell::new(Chip {
             analog,
             convst_high: true,
             busy_polls_left: 0,
             busy_polls,
+            range_v,
             result: [0; CHANNELS],
             conversions: 0,
         })))
@@ -100,7 +101,8 @@ impl<A: Analog> OutputPin for Convst<A> {
         if !chip.convst_high {
             // Rising edge: track-and-hold of all eight inputs, conversion starts.
             let v = chip.analog.sample();
-            chip.result = v.map(code_for);
+            let range = chip.range_v;
+            chip.result = v.map(|v| code_for(v, range));
             chip.busy_polls_left = chip.busy_polls;
             chip.conversions += 1;
         }
@@ -163,23 +165,24 @@ mod tests {
 
     #[test]
     fn the_firmware_driver_reads_what_the_inputs_held_at_convst() {
-        let chip = SimAd7606::new(Ramp(0.0), 3);
+        let chip = SimAd7606::new(Ramp(0.0), 3, 10.0);
         let (spi, convst, busy) = chip.pins();
         let mut adc = Ad7606::new(spi, convst, busy).unwrap();
         let codes = adc.convert().unwrap();
-        let expected: [i16; 8] = core::array::from_fn(|i| code_for(i as f64 - 3.5));
+        let expected: [i16; 8] = core::array::from_fn(|i| code_for(i as f64 - 3.5, 10.0));
         assert_eq!(codes, expected);
         assert_eq!(codes[0], -11469); // -3.5 V = -3.5 / 20 × 65536
         let codes = adc.convert().unwrap();
-        assert_eq!(codes[7], code_for(7.0));
+        assert_eq!(codes[7], code_for(7.0, 10.0));
         assert_eq!(chip.conversions(), 2);
     }
 
     #[test]
     fn codes_clamp_at_full_scale() {
-        assert_eq!(code_for(12.0), i16::MAX);
-        assert_eq!(code_for(-12.0), i16::MIN);
-        assert_eq!(code_for(0.0), 0);
-        assert_eq!(code_for(20.0 / 65536.0), 1);
+        assert_eq!(code_for(12.0, 10.0), i16::MAX);
+        assert_eq!(code_for(-12.0, 10.0), i16::MIN);
+        assert_eq!(code_for(0.0, 10.0), 0);
+        assert_eq!(code_for(20.0 / 65536.0, 10.0), 1);
+        assert_eq!(code_for(10.0 / 65536.0, 5.0), 1);
     }
 }

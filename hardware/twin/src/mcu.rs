@@ -45,10 +45,12 @@ const EDGE_QUEUE: usize = 256;
 #[derive(Debug, Clone, Copy, PartialEq, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TriggerPathConfig {
-    /// Mean delay from the host driving a trigger line to the rig's capture, s.
+    /// Mean delay from the host driving a trigger line to the rig's capture, s (counted
+    /// from the host's call; the capture's timestamp is exact whenever the edge is
+    /// processed).
     #[serde(default)]
     pub latency_s: f64,
-    /// RMS jitter of that delay, s (Gaussian, truncated so the delay stays positive).
+    /// RMS jitter of that delay, s (Gaussian; a delay that would come out negative is 0).
     #[serde(default)]
     pub jitter_s: f64,
 }
@@ -195,7 +197,8 @@ pub struct Mcu {
     path: PathBuf,
     dir: PathBuf,
     stop: Arc<AtomicBool>,
-    triggers: mpsc::Sender<(u8, bool)>,
+    t0: Instant,
+    triggers: mpsc::Sender<(u8, bool, f64)>,
     stats: Arc<TwinStats>,
     threads: Vec<std::thread::JoinHandle<()>>,
     failure: Arc<Mutex<Option<String>>>,
@@ -238,7 +241,7 @@ impl Mcu {
         let stats = Arc::new(TwinStats::default());
         let failure = Arc::new(Mutex::new(None));
         let timer = Arc::new(SampleTimer::default());
-        let (trigger_tx, trigger_rx) = mpsc::channel::<(u8, bool)>();
+        let (trigger_tx, trigger_rx) = mpsc::channel::<(u8, bool, f64)>();
         // The queues and shared state live as long as the process: the firmware core is
         // written for statics, and a twin runs once or a few times per process.
         let shared: &'static Shared = Box::leak(Box::new(Shared::new()));
@@ -308,6 +311,7 @@ impl Mcu {
             path,
             dir,
             stop,
+            t0,
             triggers: trigger_tx,
             stats,
             threads,
@@ -323,7 +327,9 @@ impl Mcu {
     /// Drives the host-side trigger output `line` (as a GPIO or a USB-UART line would):
     /// the edge reaches the rig's capture after the trigger path's latency and jitter.
     pub fn trigger(&self, line: u8, high: bool) {
-        let _ = self.triggers.send((line, high));
+        let _ = self
+            .triggers
+            .send((line, high, self.t0.elapsed().as_secs_f64()));
     }
 
     /// What the twin injected so far.
@@ -386,8 +392,10 @@ fn description(rig: &RigDescription, config: &McuConfig) -> Description {
             Measures::Current => (Quantity::Current, "I"),
             Measures::Voltage => (Quantity::Voltage, "V"),
         };
-        let mut name = format!("{}_{suffix}", c.rail);
-        name.truncate(railtrace_protocol::MAX_CHANNEL_NAME_LEN);
+        let name = truncated(
+            &format!("{}_{suffix}", c.rail),
+            railtrace_protocol::MAX_CHANNEL_NAME_LEN,
+        );
         channels.push(ChannelSpec {
             index: c.index,
             quantity,
@@ -408,8 +416,7 @@ fn description(rig: &RigDescription, config: &McuConfig) -> Description {
         .iter()
         .filter(|t| t.direction == "output")
         .count();
-    let mut serial = config.firmware.serial.clone();
-    serial.truncate(railtrace_protocol::MAX_ID_LEN);
+    let serial = truncated(&config.firmware.serial, railtrace_protocol::MAX_ID_LEN);
     Description {
         board: "railtrace twin",
         serial: Box::leak(serial.into_boxed_str()),
@@ -424,6 +431,15 @@ fn description(rig: &RigDescription, config: &McuConfig) -> Description {
     }
 }
 
+/// `s` cut to at most `max` bytes at a character boundary.
+fn truncated(s: &str, max: usize) -> String {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
 #[allow(clippy::too_many_arguments)]
 fn sample_thread<F: FnMut() -> Segment>(
     hw: Hardware<F>,
@@ -432,17 +448,18 @@ fn sample_thread<F: FnMut() -> Segment>(
     shared: &'static Shared,
     samples: heapless::spsc::Producer<'static, Sample, SAMPLE_QUEUE>,
     edges: heapless::spsc::Producer<'static, Edge, EDGE_QUEUE>,
-    triggers: mpsc::Receiver<(u8, bool)>,
+    triggers: mpsc::Receiver<(u8, bool, f64)>,
     timer: &SampleTimer,
     stop: &AtomicBool,
     stats: &TwinStats,
 ) -> Result<(), String> {
+    let range_v = hw.rig.adc.range_v;
     let Hardware {
         front_end,
         mut on_time,
         ..
     } = hw;
-    let chip = SimAd7606::new(front_end, config.firmware.busy_polls);
+    let chip = SimAd7606::new(front_end, config.firmware.busy_polls, range_v);
     let (spi, convst, busy) = chip.pins();
     let adc = Ad7606::new(spi, convst, busy).map_err(|e| format!("ADC: {e:?}"))?;
     let mut sampler: Sampler<'_, _, SAMPLE_QUEUE> = Sampler::new(adc, samples, shared);
@@ -458,10 +475,10 @@ fn sample_thread<F: FnMut() -> Segment>(
     let mut wake = Instant::now();
     while !stop.load(Ordering::Relaxed) {
         let now_s = t0.elapsed().as_secs_f64();
-        while let Ok((line, high)) = triggers.try_recv() {
+        while let Ok((line, high, sent_s)) = triggers.try_recv() {
             let tp = config.trigger;
             let delay = (tp.latency_s + tp.jitter_s * normal(&mut rng)).max(0.0);
-            let arrival = now_s + delay;
+            let arrival = sent_s + delay;
             let at = in_flight.partition_point(|e| e.0 <= arrival);
             in_flight.insert(at, (arrival, line, high));
         }

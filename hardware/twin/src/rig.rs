@@ -82,7 +82,7 @@ pub struct ChannelDescription {
     pub rail: String,
     /// Current or voltage.
     pub measures: Measures,
-    /// The sensor, for people (e.g. `INA240A2 + 2.5 mΩ shunt`).
+    /// The sensor, for people (e.g. `INA240A1 + 2.5 mΩ shunt`).
     #[serde(default)]
     pub sensor: String,
     /// Volts at the ADC per ampere (current) or per volt of the rail (voltage, i.e. the
@@ -130,6 +130,29 @@ pub enum RigError {
 impl RigDescription {
     /// Checks the cross references and values.
     pub fn validate(&self) -> Result<(), RigError> {
+        let a = &self.adc;
+        if a.bits != 16 || !(a.range_v == 5.0 || a.range_v == 10.0) {
+            return Err(RigError::Mismatch(format!(
+                "adc: the AD7606 has 16 bits and a ±5 V or ±10 V range, not {} bits ±{} V",
+                a.bits, a.range_v
+            )));
+        }
+        for t in &self.triggers {
+            if t.direction != "input" && t.direction != "output" {
+                return Err(RigError::Mismatch(format!(
+                    "trigger line {}: direction must be \"input\" or \"output\", not {:?}",
+                    t.line, t.direction
+                )));
+            }
+        }
+        let mut rails: Vec<&str> = self.rails.iter().map(|r| r.name.as_str()).collect();
+        rails.sort_unstable();
+        if let Some(w) = rails.windows(2).find(|w| w[0] == w[1]) {
+            return Err(RigError::Mismatch(format!(
+                "rail `{}` is described twice",
+                w[0]
+            )));
+        }
         let mut seen = [false; CHANNELS];
         for c in &self.channels {
             let slot = seen

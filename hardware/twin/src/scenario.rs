@@ -178,6 +178,79 @@ pub fn parse(
             format!("the shares add up to {total}, not 1"),
         ));
     }
+    let t = &scenario.rig_truth;
+    for (i, r) in t.rails.iter().enumerate() {
+        if !(r.share >= 0.0
+            && r.source_v > 0.0
+            && r.resistance_ohm >= 0.0
+            && r.source_v.is_finite())
+        {
+            return Err(at(
+                &format!("rig_truth.rail[{i}]"),
+                "share and resistance_ohm must be >= 0, source_v > 0".into(),
+            ));
+        }
+    }
+    let mut indices = Vec::new();
+    for (i, c) in t.channels.iter().enumerate() {
+        let field = format!("rig_truth.channel[{i}]");
+        if !rig.channels.iter().any(|d| d.index == c.index) || indices.contains(&c.index) {
+            return Err(at(
+                &field,
+                format!("channel {} is not in the rig, or listed twice", c.index),
+            ));
+        }
+        indices.push(c.index);
+        if !(c.noise_v_rms >= 0.0 && c.bandwidth_hz.is_none_or(|b| b > 0.0) && c.gain_error > -1.0)
+        {
+            return Err(at(
+                &field,
+                "noise_v_rms >= 0, bandwidth_hz > 0, gain_error > -1".into(),
+            ));
+        }
+    }
+    if !(0.0..).contains(&t.input_tau_s) {
+        return Err(at("rig_truth.input_tau_s", "must be >= 0".into()));
+    }
+    let f = &scenario.faults;
+    let probabilities = [f.corrupt_frame_probability, f.drop_byte_probability];
+    if probabilities.iter().any(|p| !(0.0..=1.0).contains(p))
+        || probabilities.iter().sum::<f64>() > 1.0
+    {
+        return Err(at(
+            "faults",
+            "probabilities within 0..=1, adding up to at most 1".into(),
+        ));
+    }
+    if f.link_bytes_per_s.is_some_and(|r| r.is_nan() || r <= 0.0)
+        || !(0.0..).contains(&f.disconnected_s)
+    {
+        return Err(at(
+            "faults",
+            "link_bytes_per_s > 0 and disconnected_s >= 0".into(),
+        ));
+    }
+    let tr = &scenario.trigger;
+    if !(tr.latency_s >= 0.0 && tr.jitter_s >= 0.0) {
+        return Err(at("trigger", "latency_s and jitter_s must be >= 0".into()));
+    }
+    if !(1..=1000).contains(&scenario.firmware.busy_polls) {
+        return Err(at(
+            "firmware.busy_polls",
+            "must be 1 to 1000 (the driver polls 2000 times)".into(),
+        ));
+    }
+    let m = &scenario.mcu;
+    if m.tick_hz == 0
+        || !m.error_ppm.is_finite()
+        || m.error_ppm.abs() > 1e4
+        || !m.drift_ppm_per_s.is_finite()
+    {
+        return Err(at(
+            "mcu",
+            "tick_hz > 0, |error_ppm| <= 10000, finite drift".into(),
+        ));
+    }
     let rates = &scenario.firmware.sample_rates_hz;
     if rates.is_empty()
         || rates.len() > 8
@@ -187,7 +260,7 @@ pub fn parse(
     {
         return Err(at(
             "firmware.sample_rates_hz",
-            "1 to 8 rates, each above 0 and below tick_hz".into(),
+            "1 to 8 rates, each above 0 and at most tick_hz".into(),
         ));
     }
     Ok(Loaded { scenario, rig })
