@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use railtrace_protocol::{Configure, Message, ResultCode};
-use railtrace_tests::{qemu, result_of, Client, Rx};
+use railtrace_tests::{last_status, qemu, result_of, Client, Rx};
 use tokio_serial::SerialPortBuilderExt;
 
 const T: Duration = Duration::from_secs(60);
@@ -64,13 +64,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let got = dev.command(&Message::Stop { request_id: id }, T).await?;
         id += 1;
         let wall_s = wall.elapsed().as_secs_f64();
-        let Some(status) = got.iter().rev().find_map(|r| {
-            if let Rx::Status(s) = r {
-                Some(*s)
-            } else {
-                None
-            }
-        }) else {
+        let Some(status) = last_status(&got) else {
             return Err("Stop sent no Status".into());
         };
         println!(

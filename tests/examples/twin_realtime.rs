@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use railtrace_protocol::{Configure, Message};
-use railtrace_tests::{Client, Rx};
+use railtrace_tests::{last_status, Client, Rx};
 use tokio_serial::SerialPortBuilderExt;
 
 const T: Duration = Duration::from_secs(10);
@@ -80,13 +80,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let wall = start.elapsed().as_secs_f64();
     let got = dev.command(&Message::Stop { request_id: 4 }, T).await?;
     let cpu1 = thread_cpu();
-    let status = got.iter().rev().find_map(|r| {
-        if let Rx::Status(s) = r {
-            Some(*s)
-        } else {
-            None
-        }
-    });
+    let status = last_status(&got);
     println!(
         "{next} samples of 8 channels in {wall:.2} s ({:.0} samples/s, {:.2} MB/s of codes)",
         next as f64 / wall,

@@ -204,6 +204,14 @@ pub async fn realtime_lock() -> tokio::sync::MutexGuard<'static, ()> {
     LOCK.lock().await
 }
 
+/// The last Status in `got` (a Stop's, when `got` answers a Stop).
+pub fn last_status(got: &[Rx]) -> Option<Status> {
+    got.iter().rev().find_map(|r| match r {
+        Rx::Status(s) => Some(*s),
+        _ => None,
+    })
+}
+
 /// The result code of request `id` in `got`.
 pub fn result_of(got: &[Rx], id: u16) -> Option<railtrace_protocol::ResultCode> {
     got.iter().find_map(|r| match r {

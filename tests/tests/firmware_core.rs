@@ -13,6 +13,10 @@ use railtrace_firmware::*;
 use railtrace_protocol::*;
 use railtrace_tests::Rx;
 
+fn last_status(got: &[Rx]) -> Status {
+    railtrace_tests::last_status(got).expect("a status")
+}
+
 const TICK_HZ: u32 = 84_000_000;
 const RATES: &[u32] = &[1_000, 10_000, 100_000];
 const CHANNEL_SPECS: &[ChannelSpec] = &[
@@ -300,16 +304,6 @@ fn blocks(got: &[Rx]) -> Vec<(u64, u64, u32, Vec<Vec<i16>>)> {
             _ => None,
         })
         .collect()
-}
-
-fn last_status(got: &[Rx]) -> Status {
-    got.iter()
-        .rev()
-        .find_map(|r| match r {
-            Rx::Status(s) => Some(*s),
-            _ => None,
-        })
-        .expect("a status")
 }
 
 #[test]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use railtrace_firmware::test_signal::test_code;
 use railtrace_protocol::*;
-use railtrace_tests::{qemu, result_of, Client, Rx};
+use railtrace_tests::{last_status, qemu, result_of, Client, Rx};
 use tokio_serial::SerialPortBuilderExt;
 
 const T: Duration = Duration::from_secs(20);
@@ -183,17 +183,7 @@ async fn firmware_image_streams_the_test_signal_and_answers_every_command() {
             received += codes.len() as u64;
         }
     }
-    let s = got
-        .iter()
-        .rev()
-        .find_map(|r| {
-            if let Rx::Status(s) = r {
-                Some(*s)
-            } else {
-                None
-            }
-        })
-        .expect("Stop sends a Status");
+    let s = last_status(&got).expect("Stop sends a Status");
     assert_eq!(s.state, RunState::Idle);
     assert_eq!(
         s.samples_acquired, received,

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use railtrace_protocol::*;
-use railtrace_tests::{result_of, Client, Rx};
+use railtrace_tests::{last_status, result_of, Client, Rx};
 use tokio_serial::SerialPortBuilderExt;
 
 const T: Duration = Duration::from_secs(10);
@@ -80,17 +80,7 @@ async fn host_counts_exactly_the_frames_the_twin_damaged() {
         .command(&Message::Stop { request_id: 100 }, T)
         .await
         .unwrap();
-    let status = got
-        .iter()
-        .rev()
-        .find_map(|r| {
-            if let Rx::Status(s) = r {
-                Some(*s)
-            } else {
-                None
-            }
-        })
-        .unwrap();
+    let status = last_status(&got).unwrap();
     let stats = twin.stats();
     let damaged = stats
         .frames_corrupted

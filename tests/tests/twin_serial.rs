@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use railtrace_protocol::*;
-use railtrace_tests::{result_of, Client, Rx};
+use railtrace_tests::{last_status, result_of, Client, Rx};
 use tokio_serial::SerialPortBuilderExt;
 
 const T: Duration = Duration::from_secs(10);
@@ -85,17 +85,7 @@ async fn twin_streams_eight_channels_at_100_ksps_in_real_time() {
         .command(&Message::Stop { request_id: 4 }, T)
         .await
         .unwrap();
-    let s = got
-        .iter()
-        .rev()
-        .find_map(|r| {
-            if let Rx::Status(s) = r {
-                Some(*s)
-            } else {
-                None
-            }
-        })
-        .unwrap();
+    let s = last_status(&got).unwrap();
     assert_eq!(s.dropped_total(), 0, "{s:?}");
     assert_eq!(dev.seq.lost, 0);
     // Three seconds of samples took three seconds: real time.
