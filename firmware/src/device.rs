@@ -245,8 +245,8 @@ impl<'a, const Q: usize, const E: usize> Device<'a, Q, E> {
         self.running
     }
 
-    /// One pass of the main loop: queued samples into blocks, edges, trigger pulses,
-    /// periodic status, commands from the link, and frames out to the link. Never blocks
+    /// One pass of the main loop: commands from the link, edges, trigger pulses, periodic
+    /// status, queued samples into blocks, and frames out to the link. Never blocks
     /// unless the link does.
     pub fn poll<B, L>(&mut self, board: &mut B, link: &mut L) -> Result<(), L::Error>
     where
@@ -259,8 +259,7 @@ impl<'a, const Q: usize, const E: usize> Device<'a, Q, E> {
         let now = board.now();
         self.now = now;
         // In order of priority, so that a device that cannot keep up still answers
-        // commands and reports edges and status: sample blocks take what slots are left
-        // and are dropped, counted, when there are none.
+        // commands and reports edges and status: sample blocks take the slots left.
         self.receive(board, link)?;
         self.collect_edges(now);
         self.end_pulses(board);
