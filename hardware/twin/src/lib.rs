@@ -15,3 +15,4 @@ pub use twin::Twin;
 pub mod gpu;
 pub mod logger;
 pub mod trace;
+pub mod truth;

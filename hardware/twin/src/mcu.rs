@@ -138,11 +138,14 @@ pub enum TwinError {
     #[error(transparent)]
     Rig(#[from] crate::rig::RigError),
     /// A file or link error.
-    #[error("{0}")]
+    #[error(transparent)]
     Io(#[from] std::io::Error),
     /// A thread of the twin panicked.
     #[error("a twin thread failed: {0}")]
     Thread(String),
+    /// The truth files.
+    #[error(transparent)]
+    Truth(#[from] crate::truth::TruthError),
 }
 
 /// What the twin counted while it ran: what it injected, so a host's counts can be
@@ -172,6 +175,9 @@ struct SampleTimer {
     generation: AtomicU32,
 }
 
+/// What [`Hardware::on_sample`] calls: true time, device tick, the rails' true state.
+pub type SampleHook = Box<dyn FnMut(f64, u64, Vec<crate::rig::RailState>)>;
+
 /// Everything the sample thread needs from outside.
 pub struct Hardware<F> {
     /// The rig as built.
@@ -181,6 +187,9 @@ pub struct Hardware<F> {
     /// Called every round with the true time reached: the GPU side drains its logger and
     /// executions here.
     pub on_time: Box<dyn FnMut(f64)>,
+    /// Called after every conversion with its true time, its device tick and the rails'
+    /// true state (for the truth files); none to skip.
+    pub on_sample: Option<SampleHook>,
 }
 
 impl<F> std::fmt::Debug for Hardware<F> {
@@ -220,10 +229,10 @@ pub struct McuConfig {
 }
 
 impl Mcu {
-    /// Starts the MCU: opens the pseudo-terminal (its stable path is [`Mcu::path`]) and
-    /// the two threads. `make_hardware` runs on the sample thread and builds what lives
+    /// Starts the MCU at true time 0 = `t0`: opens the pseudo-terminal (its stable path is
+    /// [`Mcu::path`]) and the two threads. `make_hardware` runs on the sample thread and builds what lives
     /// there (the front end borrows nothing across threads).
-    pub fn start<F, H>(config: McuConfig, make_hardware: H) -> Result<Mcu, TwinError>
+    pub fn start<F, H>(config: McuConfig, t0: Instant, make_hardware: H) -> Result<Mcu, TwinError>
     where
         F: FnMut() -> Segment + 'static,
         H: FnOnce() -> Result<Hardware<F>, TwinError> + Send + 'static,
@@ -236,7 +245,6 @@ impl Mcu {
         let pty = Pty::open()?;
         link(pty.path(), &path)?;
 
-        let t0 = Instant::now();
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(TwinStats::default());
         let failure = Arc::new(Mutex::new(None));
@@ -457,6 +465,7 @@ fn sample_thread<F: FnMut() -> Segment>(
     let Hardware {
         front_end,
         mut on_time,
+        mut on_sample,
         ..
     } = hw;
     let chip = SimAd7606::new(front_end, config.firmware.busy_polls, range_v);
@@ -504,6 +513,9 @@ fn sample_thread<F: FnMut() -> Segment>(
                 deliver(t, &mut capture);
                 chip.with_analog(|fe| fe.set_time(t));
                 sampler.on_tick(next_tick);
+                if let Some(record) = on_sample.as_mut() {
+                    record(t, next_tick, chip.with_analog(|fe| fe.rails()));
+                }
                 stats.ticks.fetch_add(1, Ordering::Relaxed);
                 next_tick += period;
             }

@@ -17,7 +17,7 @@ use nix::sys::termios::{cfmakeraw, tcgetattr, tcsetattr, SetArg};
 #[derive(Debug, thiserror::Error)]
 pub enum PtyError {
     /// The system refused a pseudo-terminal or its settings.
-    #[error("cannot set up a pseudo-terminal: {0}")]
+    #[error("cannot set up a pseudo-terminal")]
     Sys(#[from] nix::Error),
 }
 

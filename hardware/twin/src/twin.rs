@@ -12,7 +12,10 @@ use crate::logger::{Logger, LoggerSample};
 use crate::mcu::{Hardware, Mcu, McuConfig, TwinError, TwinStats};
 use crate::random::rng;
 use crate::rig::FrontEnd;
+use crate::rig::RailState;
 use crate::scenario::Loaded;
+use crate::truth::{Row, Truth};
+use std::time::Instant;
 
 /// Most logger samples and executions kept for readers (older ones are dropped, counted).
 const KEEP: usize = 1_000_000;
@@ -33,15 +36,36 @@ pub struct GpuOutputs {
 pub struct Twin {
     mcu: Mcu,
     outputs: Arc<Mutex<GpuOutputs>>,
+    truth: Option<Truth>,
 }
 
 impl Twin {
     /// Starts the bench of `loaded`.
     pub fn start(loaded: &Loaded) -> Result<Twin, TwinError> {
+        Twin::start_with(loaded, None)
+    }
+
+    /// Starts the bench of `loaded`, writing its truth into `truth_dir` if given (see
+    /// [`crate::truth`]).
+    pub fn start_with(loaded: &Loaded, truth_dir: Option<&Path>) -> Result<Twin, TwinError> {
+        let t0 = Instant::now();
+        let host_ns = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+            .map(|t| i128::from(t.tv_sec()) * 1_000_000_000 + i128::from(t.tv_nsec()))
+            .unwrap_or(0);
         let s = loaded.scenario.clone();
+        let truth = match truth_dir {
+            Some(dir) => {
+                let rails: Vec<String> = loaded.rig.rails.iter().map(|r| r.name.clone()).collect();
+                Some(Truth::create(dir, &rails, &clocks_toml(loaded, host_ns))?)
+            }
+            None => None,
+        };
+        let tx = truth.as_ref().and_then(Truth::sender);
+        let kernel_names: Vec<String> = s.kernels.iter().map(|k| k.name.clone()).collect();
         let rig = loaded.rig.clone();
         let outputs = Arc::new(Mutex::new(GpuOutputs::default()));
         let out = outputs.clone();
+        let rails_tx = tx.clone();
         let config = McuConfig {
             clock: s.mcu,
             firmware: s.firmware.clone(),
@@ -49,18 +73,22 @@ impl Twin {
             faults: s.faults,
             seed: s.seed,
         };
-        let mcu = Mcu::start(config, move || {
+        let mcu = Mcu::start(config, t0, move || {
             let bad = |e: crate::gpu::ConfigError| TwinError::Thread(e.to_string());
             let gpu = Gpu::new(s.gpu.clone(), s.kernels.clone(), s.workload.clone(), s.seed)
                 .map_err(bad)?;
             let logger = Logger::new(s.logger.clone(), *gpu.clock()).map_err(bad)?;
             let side = Rc::new(RefCell::new((gpu, logger)));
             let feed = side.clone();
+            let segment_tx = tx.clone();
             let next_segment = move || {
                 let mut side = feed.borrow_mut();
                 let seg = side.0.next_segment();
                 // Segments come in order and contiguous: the logger cannot refuse them.
                 let _ = side.1.push(&seg);
+                if let Some(t) = &segment_tx {
+                    let _ = t.send(Row::Segment(seg));
+                }
                 seg
             };
             let front_end = FrontEnd::new(&rig, &s.rig_truth, next_segment, rng(s.seed, 0x5E45))?;
@@ -68,8 +96,18 @@ impl Twin {
                 let mut side = side.borrow_mut();
                 let (gpu, logger) = &mut *side;
                 let mut o = out.lock().unwrap_or_else(|p| p.into_inner());
+                let from = (o.logger.len(), o.executions.len());
                 o.logger.extend(logger.drain_samples());
                 o.executions.extend(gpu.drain_executions());
+                if let Some(t) = &tx {
+                    for l in o.logger.range(from.0..) {
+                        let _ = t.send(Row::Logger(*l));
+                    }
+                    for e in o.executions.range(from.1..) {
+                        let name = kernel_names.get(e.kernel).cloned().unwrap_or_default();
+                        let _ = t.send(Row::Execution(e.clone(), name));
+                    }
+                }
                 let (extra_logger, extra_exec) = (
                     o.logger.len().saturating_sub(KEEP),
                     o.executions.len().saturating_sub(KEEP),
@@ -78,13 +116,27 @@ impl Twin {
                 o.executions.drain(..extra_exec);
                 o.dropped += (extra_logger + extra_exec) as u64;
             });
+            let on_sample = rails_tx.map(|t| {
+                Box::new(move |t_s: f64, device_tick: u64, rails: Vec<RailState>| {
+                    let _ = t.send(Row::Rails {
+                        t_s,
+                        device_tick,
+                        rails,
+                    });
+                }) as crate::mcu::SampleHook
+            });
             Ok(Hardware {
                 rig,
                 front_end,
                 on_time,
+                on_sample,
             })
         })?;
-        Ok(Twin { mcu, outputs })
+        Ok(Twin {
+            mcu,
+            outputs,
+            truth,
+        })
     }
 
     /// The rig's serial port (a stable path to the current pseudo-terminal).
@@ -112,8 +164,29 @@ impl Twin {
         self.mcu.is_running()
     }
 
-    /// Stops the twin.
+    /// Stops the twin, and closes its truth files.
     pub fn stop(self) -> Result<(), TwinError> {
-        self.mcu.stop()
+        let result = self.mcu.stop();
+        if let Some(t) = self.truth {
+            t.finish()?;
+        }
+        result
     }
+}
+
+/// The clocks' true parameters, for `clocks.toml`.
+fn clocks_toml(loaded: &Loaded, host_monotonic_ns: i128) -> String {
+    let s = &loaded.scenario;
+    let m = &s.mcu;
+    let g = &s.gpu.clock;
+    format!(
+        "# The twin's true clocks. True time t (s) is the host's CLOCK_MONOTONIC minus\n\
+         # host_monotonic_ns_at_true_zero, in seconds.\n\
+         seed = {}\nhost_monotonic_ns_at_true_zero = {host_monotonic_ns}\n\n\
+         [mcu]\n# device ticks = offset_ticks + tick_hz * (t + 1e-6 * (error_ppm * t + drift_ppm_per_s * t^2 / 2))\n\
+         tick_hz = {}\nerror_ppm = {:?}\ndrift_ppm_per_s = {:?}\noffset_ticks = {}\n\n\
+         [gpu_clock]\n# gpu ticks = floor((offset_s + t * (1 + drift_ppm * 1e-6)) * rate_hz)\n\
+         rate_hz = {:?}\noffset_s = {:?}\ndrift_ppm = {:?}\n",
+        s.seed, m.tick_hz, m.error_ppm, m.drift_ppm_per_s, m.offset_ticks, g.rate_hz, g.offset_s, g.drift_ppm
+    )
 }

@@ -28,17 +28,30 @@ enum TwinCommand {
         /// Stop after this many seconds.
         #[arg(long)]
         seconds: Option<f64>,
+        /// Write the truth (the GPU's true power, the rails at every conversion, kernel
+        /// executions, the logger's reports, the clocks) as Arrow files into this
+        /// directory.
+        #[arg(long)]
+        truth: Option<PathBuf>,
     },
 }
 
 /// Runs `railtrace twin ...`.
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.command {
-        TwinCommand::Serve { scenario, seconds } => serve(scenario, seconds),
+        TwinCommand::Serve {
+            scenario,
+            seconds,
+            truth,
+        } => serve(scenario, seconds, truth),
     }
 }
 
-fn serve(scenario: Option<PathBuf>, seconds: Option<f64>) -> anyhow::Result<()> {
+fn serve(
+    scenario: Option<PathBuf>,
+    seconds: Option<f64>,
+    truth: Option<PathBuf>,
+) -> anyhow::Result<()> {
     let loaded = match &scenario {
         Some(path) => railtrace_twin::load_scenario(path)?,
         None => railtrace_twin::default_scenario(),
@@ -47,7 +60,8 @@ fn serve(scenario: Option<PathBuf>, seconds: Option<f64>) -> anyhow::Result<()> 
     let flag = stop.clone();
     ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed))
         .context("cannot install the Ctrl-C handler")?;
-    let twin = railtrace_twin::Twin::start(&loaded).context("the twin did not start")?;
+    let twin = railtrace_twin::Twin::start_with(&loaded, truth.as_deref())
+        .context("the twin did not start")?;
     println!("{}", twin.path().display());
     let name = scenario
         .as_ref()
@@ -73,6 +87,9 @@ fn serve(scenario: Option<PathBuf>, seconds: Option<f64>) -> anyhow::Result<()> 
         let _ = twin.take_outputs();
     }
     twin.stop().context("the twin failed")?;
-    eprintln!("railtrace twin: stopped");
+    match truth {
+        Some(dir) => eprintln!("railtrace twin: stopped; truth in {}", dir.display()),
+        None => eprintln!("railtrace twin: stopped"),
+    }
     Ok(())
 }
