@@ -144,3 +144,58 @@ async fn a_disconnected_link_returns_behind_the_same_path_and_a_reset_restarts_n
     assert!(dev.seq.last().unwrap() < seq_before_reset);
     twin.stop().unwrap();
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_link_too_slow_for_the_stream_makes_the_device_drop_counted_samples() {
+    let _one_at_a_time = railtrace_tests::realtime_lock().await;
+    // 8 channels at 100 kS/s need 1.65 MB/s; the link carries 400 kB/s.
+    let twin = railtrace_twin::Twin::start(&scenario("link_bytes_per_s = 400e3")).unwrap();
+    let mut dev = open(twin.path());
+    let cfg = Configure {
+        request_id: 1,
+        sample_rate_hz: 100_000,
+        channel_mask: 0xFF,
+        averaging: 1,
+    };
+    dev.command(&Message::Configure(cfg), T).await.unwrap();
+    dev.command(&Message::Start { request_id: 2 }, T)
+        .await
+        .unwrap();
+    let (mut next, mut received) = (0u64, 0u64);
+    let mut gaps = 0u64;
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_secs(2) {
+        if let Rx::Block {
+            first_index, codes, ..
+        } = dev.recv(T).await.unwrap()
+        {
+            gaps += first_index - next;
+            next = first_index + codes.len() as u64;
+            received += codes.len() as u64;
+        }
+    }
+    let got = dev
+        .command(&Message::Stop { request_id: 3 }, T)
+        .await
+        .unwrap();
+    for r in &got {
+        if let Rx::Block {
+            first_index, codes, ..
+        } = r
+        {
+            gaps += first_index - next;
+            next = first_index + codes.len() as u64;
+            received += codes.len() as u64;
+        }
+    }
+    let s = last_status(&got).expect("Stop sends a Status");
+    assert!(s.dropped_link > 0, "{s:?}");
+    // Every sample is either received or counted as dropped; the gaps are the drops.
+    assert_eq!(received + s.dropped_total(), s.samples_acquired, "{s:?}");
+    assert_eq!(gaps + (s.samples_acquired - next), s.dropped_total());
+    assert_eq!(
+        dev.seq.lost, 0,
+        "the link loses nothing: the device drops, and counts"
+    );
+    twin.stop().unwrap();
+}
