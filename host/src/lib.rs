@@ -1,2 +1,3 @@
-//! The railtrace host library. Capture, recording and the rest come with issue 5; for now
-//! it holds what the command line shares.
+//! The railtrace host library: talking to a rig ([`transport`]). Capture, recording,
+//! exports and importers come with the rest of issue 5.
+pub mod transport;

@@ -14,6 +14,10 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Serial ports, their USB ids, and which are railtrace rigs.
+    Devices(cmd::devices::Args),
+    /// What a rig is: its DeviceInfo.
+    Info(cmd::info::Args),
     /// The digital twin of the bench.
     Twin(cmd::twin::Args),
 }
@@ -21,6 +25,8 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Devices(args) => cmd::devices::run(args),
+        Command::Info(args) => cmd::info::run(args),
         Command::Twin(args) => cmd::twin::run(args),
     };
     if let Err(e) = result {

@@ -1,2 +1,4 @@
 //! One subcommand per file.
+pub mod devices;
+pub mod info;
 pub mod twin;
