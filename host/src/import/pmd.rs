@@ -1,0 +1,290 @@
+//! The paired traces of `shared/data/gpu-power-benchmark/` (Yang, Adamek and Armour,
+//! SC24): an ElmorLabs PMD external meter beside `nvidia-smi`'s own readings, and the
+//! host's times of the load's edges. Formats as that folder's README gives them:
+//!
+//! - `PMD_data.bin`: 18-byte little-endian records of nine `u16`: a tick counter at
+//!   2934.5 ticks/ms wrapping at 65536, then four (voltage, current) pairs of 12-bit codes
+//!   in bits 4..15 (a code with bit 11 set reads 0); current × 48.8 mA, voltage ×
+//!   7.568 mV (the third pair's voltage × 7.5 mV). Power is Σ V·I.
+//! - `PMD_start_ts.txt`: host time (µs since the Unix epoch) at which the stream
+//!   started; the first record is 50 ms before it.
+//! - `gpudata.csv`: `nvidia-smi --query-gpu=... --format=csv`, timestamps in the host's
+//!   local time (the offset to UTC must be given: +1 h for the A100 runs).
+//! - `timestamps.csv`: `timestamp` then µs since the Unix epoch (UTC).
+
+use std::path::{Path, PathBuf};
+
+/// Why a folder could not be imported.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    /// A file could not be read.
+    #[error("{}: {error}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What happened.
+        error: std::io::Error,
+    },
+    /// A file is not in the expected format.
+    #[error("{}:{line}: {message}", path.display())]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// Line (1-based), or 0 for a binary file.
+        line: usize,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// PMD ticks per millisecond.
+pub const PMD_TICKS_PER_MS: f64 = 2934.5;
+const RECORD: usize = 18;
+
+/// The external meter's trace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PmdTrace {
+    /// Time of each record, µs since the Unix epoch (UTC).
+    pub time_us: Vec<f64>,
+    /// Per record, the four (voltage V, current A) pairs.
+    pub pairs: Vec<[(f64, f64); 4]>,
+}
+
+impl PmdTrace {
+    /// Total power of record `i`, W.
+    pub fn power_w(&self, i: usize) -> f64 {
+        self.pairs
+            .get(i)
+            .map_or(f64::NAN, |p| p.iter().map(|(v, a)| v * a).sum())
+    }
+}
+
+fn code(word: u16) -> f64 {
+    let c = (word >> 4) & 0x0FFF;
+    if c & 0x0800 != 0 {
+        0.0
+    } else {
+        f64::from(c)
+    }
+}
+
+/// Parses `PMD_data.bin` (`bytes`) whose stream started at `start_us`.
+pub fn parse_pmd(path: &Path, bytes: &[u8], start_us: f64) -> Result<PmdTrace, ImportError> {
+    if bytes.is_empty() || bytes.len() % RECORD != 0 {
+        return Err(ImportError::Format {
+            path: path.to_path_buf(),
+            line: 0,
+            message: format!(
+                "{} bytes is not a whole number of 18-byte records",
+                bytes.len()
+            ),
+        });
+    }
+    let mut trace = PmdTrace {
+        time_us: Vec::with_capacity(bytes.len() / RECORD),
+        pairs: Vec::with_capacity(bytes.len() / RECORD),
+    };
+    let t0 = start_us - 50_000.0;
+    let (mut ticks, mut last) = (0u64, None::<u16>);
+    for rec in bytes.chunks_exact(RECORD) {
+        let w: Vec<u16> = rec
+            .chunks_exact(2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+            .collect();
+        let tick = w[0];
+        if let Some(prev) = last {
+            ticks += u64::from(tick.wrapping_sub(prev));
+        }
+        last = Some(tick);
+        trace
+            .time_us
+            .push(t0 + ticks as f64 / PMD_TICKS_PER_MS * 1000.0);
+        let mut pairs = [(0.0, 0.0); 4];
+        for (k, pair) in pairs.iter_mut().enumerate() {
+            let volts_per_code = if k == 2 { 7.5e-3 } else { 7.568e-3 };
+            *pair = (
+                code(w[1 + 2 * k]) * volts_per_code,
+                code(w[2 + 2 * k]) * 48.8e-3,
+            );
+        }
+        trace.pairs.push(pairs);
+    }
+    Ok(trace)
+}
+
+/// One `nvidia-smi` reading.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SmiReading {
+    /// Time, µs since the Unix epoch (UTC).
+    pub time_us: f64,
+    /// `power.draw [W]`.
+    pub power_draw_w: f64,
+    /// `power.draw.instant [W]`, where logged.
+    pub power_instant_w: Option<f64>,
+}
+
+/// Days from 1970-01-01 to the civil date (proleptic Gregorian; Howard Hinnant's
+/// algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Parses `YYYY/MM/DD HH:MM:SS.fff` in local time `utc_offset_h` hours east of UTC.
+fn parse_time(s: &str, utc_offset_h: f64) -> Option<f64> {
+    let (date, time) = s.trim().split_once(' ')?;
+    let mut d = date.split('/').map(|p| p.parse::<i64>());
+    let (y, m, day) = (d.next()?.ok()?, d.next()?.ok()?, d.next()?.ok()?);
+    let mut t = time.split(':');
+    let (h, min) = (
+        t.next()?.parse::<i64>().ok()?,
+        t.next()?.parse::<i64>().ok()?,
+    );
+    let sec: f64 = t.next()?.parse().ok()?;
+    let local_s = (days_from_civil(y, m, day) * 86_400 + h * 3600 + min * 60) as f64 + sec;
+    Some((local_s - utc_offset_h * 3600.0) * 1e6)
+}
+
+/// Parses `gpudata.csv` (`text`), its times `utc_offset_h` hours east of UTC.
+pub fn parse_smi(
+    path: &Path,
+    text: &str,
+    utc_offset_h: f64,
+) -> Result<Vec<SmiReading>, ImportError> {
+    let bad = |line: usize, message: String| ImportError::Format {
+        path: path.to_path_buf(),
+        line,
+        message,
+    };
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .ok_or_else(|| bad(1, "empty file".into()))?
+        .split(',')
+        .map(str::trim)
+        .collect();
+    let col = |name: &str| header.iter().position(|h| *h == name);
+    let t_col = col("timestamp").ok_or_else(|| bad(1, "no `timestamp` column".into()))?;
+    let p_col = col("power.draw [W]").ok_or_else(|| bad(1, "no `power.draw [W]` column".into()))?;
+    let i_col = col("power.draw.instant [W]");
+    let mut out = Vec::new();
+    for (n, line) in lines.enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = line.split(',').map(str::trim).collect();
+        let field = |c: usize| f.get(c).copied().unwrap_or("");
+        let time_us = parse_time(field(t_col), utc_offset_h)
+            .ok_or_else(|| bad(n + 2, format!("bad timestamp {:?}", field(t_col))))?;
+        let power_draw_w = field(p_col)
+            .parse()
+            .map_err(|_| bad(n + 2, format!("bad power.draw {:?}", field(p_col))))?;
+        let power_instant_w = i_col.and_then(|c| field(c).parse().ok());
+        out.push(SmiReading {
+            time_us,
+            power_draw_w,
+            power_instant_w,
+        });
+    }
+    Ok(out)
+}
+
+/// A whole run folder.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PmdRun {
+    /// The external meter.
+    pub pmd: PmdTrace,
+    /// The GPU's own readings.
+    pub smi: Vec<SmiReading>,
+    /// The load's edges, µs since the Unix epoch.
+    pub edges_us: Vec<f64>,
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, ImportError> {
+    std::fs::read(path).map_err(|error| ImportError::Io {
+        path: path.to_path_buf(),
+        error,
+    })
+}
+
+fn text(path: &Path) -> Result<String, ImportError> {
+    String::from_utf8(read(path)?).map_err(|_| ImportError::Format {
+        path: path.to_path_buf(),
+        line: 0,
+        message: "not UTF-8 text".into(),
+    })
+}
+
+/// Reads a run folder; `utc_offset_h` is the local time of `gpudata.csv`.
+pub fn read_run(dir: &Path, utc_offset_h: f64) -> Result<PmdRun, ImportError> {
+    let start_path = dir.join("PMD_start_ts.txt");
+    let start_text = text(&start_path)?;
+    let start_us: f64 = start_text.trim().parse().map_err(|_| ImportError::Format {
+        path: start_path.clone(),
+        line: 1,
+        message: format!("not a time in µs: {:?}", start_text.trim()),
+    })?;
+    let bin = dir.join("PMD_data.bin");
+    let pmd = parse_pmd(&bin, &read(&bin)?, start_us)?;
+    let smi_path = dir.join("gpudata.csv");
+    let smi = parse_smi(&smi_path, &text(&smi_path)?, utc_offset_h)?;
+    let ts_path = dir.join("timestamps.csv");
+    let mut edges_us = Vec::new();
+    for (n, line) in text(&ts_path)?.lines().enumerate().skip(1) {
+        if line.trim().is_empty() {
+            continue;
+        }
+        edges_us.push(line.trim().parse().map_err(|_| ImportError::Format {
+            path: ts_path.clone(),
+            line: n + 1,
+            message: format!("not a time in µs: {line:?}"),
+        })?);
+    }
+    Ok(PmdRun { pmd, smi, edges_us })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates_and_local_times() {
+        assert_eq!(days_from_civil(1970, 1, 1), 0);
+        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
+        // 2023-07-14 10:10:26.905 at UTC+1 is 09:10:26.905 UTC.
+        let t = parse_time("2023/07/14 10:10:26.905", 1.0).unwrap();
+        assert_eq!(t, 1_689_325_826_905_000.0);
+    }
+
+    #[test]
+    fn pmd_records_decode_as_documented() {
+        // Two records, the tick wrapping between them; pair 3 on the 7.5 mV scale; a
+        // code with bit 11 set reads 0.
+        let rec = |tick: u16, codes: [u16; 8]| {
+            let mut b = tick.to_le_bytes().to_vec();
+            for c in codes {
+                b.extend((c << 4).to_le_bytes());
+            }
+            b
+        };
+        let mut bytes = rec(65_000, [1600, 100, 1600, 0, 1600, 0x0801, 1600, 10]);
+        bytes.extend(rec(1_000 - 64, [0; 8]));
+        let t = parse_pmd(Path::new("x"), &bytes, 1_000_000.0).unwrap();
+        assert_eq!(t.time_us[0], 950_000.0);
+        let dt = t.time_us[1] - t.time_us[0];
+        assert!(
+            (dt - 1_472.0 / PMD_TICKS_PER_MS * 1000.0).abs() < 1e-6,
+            "{dt}"
+        );
+        let p = t.pairs[0];
+        assert!(
+            (p[0].0 - 1600.0 * 7.568e-3).abs() < 1e-9 && (p[0].1 - 100.0 * 48.8e-3).abs() < 1e-9
+        );
+        assert!((p[2].0 - 1600.0 * 7.5e-3).abs() < 1e-9 && p[2].1 == 0.0);
+        assert!(parse_pmd(Path::new("x"), &bytes[..20], 0.0).is_err());
+    }
+}
