@@ -140,6 +140,21 @@ struct Pending {
     logger: Vec<LoggerSample>,
 }
 
+impl Pending {
+    fn add(&mut self, row: Row) {
+        match row {
+            Row::Segment(s) => self.segments.push(s),
+            Row::Rails {
+                t_s,
+                device_tick,
+                rails,
+            } => self.rails.push((t_s, device_tick, rails)),
+            Row::Execution(e, k) => self.executions.push((e, k)),
+            Row::Logger(l) => self.logger.push(l),
+        }
+    }
+}
+
 /// Writes the truth from a background thread; rows go in through [`Truth::sender`].
 #[derive(Debug)]
 pub struct Truth {
@@ -225,28 +240,8 @@ impl Truth {
                     let got = rx.recv_timeout(Duration::from_millis(100));
                     let closed = matches!(got, Err(mpsc::RecvTimeoutError::Disconnected));
                     if let Ok(row) = got {
-                        match row {
-                            Row::Segment(s) => p.segments.push(s),
-                            Row::Rails {
-                                t_s,
-                                device_tick,
-                                rails,
-                            } => p.rails.push((t_s, device_tick, rails)),
-                            Row::Execution(e, k) => p.executions.push((e, k)),
-                            Row::Logger(l) => p.logger.push(l),
-                        }
-                        for row in rx.try_iter() {
-                            match row {
-                                Row::Segment(s) => p.segments.push(s),
-                                Row::Rails {
-                                    t_s,
-                                    device_tick,
-                                    rails,
-                                } => p.rails.push((t_s, device_tick, rails)),
-                                Row::Execution(e, k) => p.executions.push((e, k)),
-                                Row::Logger(l) => p.logger.push(l),
-                            }
-                        }
+                        p.add(row);
+                        rx.try_iter().for_each(|row| p.add(row));
                     }
                     if closed || last.elapsed() >= Duration::from_millis(500) {
                         last = Instant::now();
