@@ -176,9 +176,7 @@ impl<'a, const Q: usize, const E: usize> Device<'a, Q, E> {
                 *c = ch.default_calibration;
             }
         }
-        let mask = desc.channels.iter().fold(0u8, |m, c| {
-            m | 1u8.checked_shl(u32::from(c.index)).unwrap_or(0)
-        });
+        let mask = channel_mask(&desc);
         let mut slots = Deque::new();
         let _ = slots.push_back(Slot::Log(LogLevel::Info, "railtrace firmware ready"));
         // A device starts idle, whatever ran before a reset.
@@ -616,9 +614,7 @@ impl<'a, const Q: usize, const E: usize> Device<'a, Q, E> {
     }
 
     fn channel_mask(&self) -> u8 {
-        self.desc.channels.iter().fold(0u8, |m, c| {
-            m | 1u8.checked_shl(u32::from(c.index)).unwrap_or(0)
-        })
+        channel_mask(&self.desc)
     }
 
     fn start<B: Board>(&mut self, board: &mut B) -> ResultCode {
@@ -811,6 +807,13 @@ impl<'a, const Q: usize, const E: usize> Device<'a, Q, E> {
             },
         }
     }
+}
+
+/// The mask of the channels `desc` lists.
+fn channel_mask(desc: &Description) -> u8 {
+    desc.channels.iter().fold(0u8, |m, c| {
+        m | 1u8.checked_shl(u32::from(c.index)).unwrap_or(0)
+    })
 }
 
 /// Copies a decoded host frame into a [`Command`].

@@ -298,12 +298,8 @@ impl Rig {
         let id = self.send(make).await?;
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            if let Some(pos) = self.results.iter().position(|r| r.request_id == id) {
-                let r = self.results.remove(pos).unwrap_or(CommandResult {
-                    request_id: id,
-                    command: 0,
-                    code: ResultCode::Ok,
-                });
+            let pos = self.results.iter().position(|r| r.request_id == id);
+            if let Some(r) = pos.and_then(|pos| self.results.remove(pos)) {
                 return match r.code {
                     ResultCode::Ok => Ok(()),
                     code => Err(TransportError::Refused {

@@ -697,14 +697,13 @@ impl embedded_io::Write for Link {
         // Pass bytes through one frame at a time, deciding each frame's fate at its
         // first byte: damage, if any, falls on one of its bytes 1 to 10 (every frame has
         // at least 11 bytes before its delimiter), never on the delimiter.
-        let mut out = Vec::with_capacity(n);
         for &b in buf.iter().take(n) {
             if b == 0 {
                 if self.pty.is_none() {
                     self.stats.frames_unsent.fetch_add(1, Ordering::Relaxed);
                 }
                 self.in_frame = 0;
-                out.push(b);
+                self.outgoing.push_back(b);
                 continue;
             }
             if self.in_frame == 0 {
@@ -716,9 +715,8 @@ impl embedded_io::Write for Link {
                 _ => Some(b),
             };
             self.in_frame += 1;
-            out.extend(byte);
+            self.outgoing.extend(byte);
         }
-        self.outgoing.extend(out);
         self.drain()?;
         Ok(n)
     }
