@@ -1,4 +1,7 @@
-//! The railtrace host library: talking to a rig ([`transport`]). Capture, recording,
-//! exports and importers come with the rest of issue 5.
+//! The railtrace host library: talking to a rig ([`transport`]), capturing its stream
+//! ([`capture`]) into a [`recording`], and importing other instruments' traces
+//! ([`import`]).
+pub mod capture;
 pub mod import;
+pub mod recording;
 pub mod transport;

@@ -18,6 +18,10 @@ enum Command {
     Devices(cmd::devices::Args),
     /// What a rig is: its DeviceInfo.
     Info(cmd::info::Args),
+    /// Records a rig's stream into a recording (Arrow IPC stream).
+    Capture(cmd::capture::Args),
+    /// What a recording holds.
+    Inspect(cmd::inspect::Args),
     /// The digital twin of the bench.
     Twin(cmd::twin::Args),
 }
@@ -27,6 +31,8 @@ fn main() {
     let result = match cli.command {
         Command::Devices(args) => cmd::devices::run(args),
         Command::Info(args) => cmd::info::run(args),
+        Command::Capture(args) => cmd::capture::run(args),
+        Command::Inspect(args) => cmd::inspect::run(args),
         Command::Twin(args) => cmd::twin::run(args),
     };
     if let Err(e) = result {

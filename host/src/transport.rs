@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use railtrace_protocol::{
-    CommandResult, DecodeStats, Decoder, FrameEncoder, FrameError, Message, ResultCode, SeqTracker,
+    CommandResult, DecodeStats, Decoder, FrameEncoder, FrameError, Message, ResultCode, SeqEvent, SeqTracker,
     MAX_WIRE_FRAME, PROTOCOL_VERSION,
 };
 use serde::Serialize;
@@ -262,7 +262,9 @@ impl Rig {
         while let Some(r) = self.decoder.next(&mut input) {
             match r {
                 Ok(frame) => {
-                    self.seq.observe(frame.seq);
+                    if self.seq.observe(frame.seq) == SeqEvent::Duplicate {
+                        continue; // a repeated frame: the first copy counted
+                    }
                     if let Message::CommandResult(c) = frame.message {
                         self.results.push_back(c);
                     }

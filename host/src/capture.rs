@@ -1,0 +1,1102 @@
+//! Capture: a rig's stream, from its serial port into a [`recording`](crate::recording).
+//!
+//! Two sides joined by a lock-free ring buffer (ringbuf):
+//! - the reader, on a tokio runtime: the serial port, the protocol decoder, commands,
+//!   time sync every second, and reconnection when the device goes away;
+//! - the writer, on its own thread: codes to volts, amperes and watts through the device's
+//!   calibration and the rig's rails, gaps found from sample indices, rows into the file.
+//!
+//! Nothing is dropped silently. A sample missing for any reason becomes a gap row with
+//! its cause: samples the device dropped (and counted), frames lost on the link, blocks
+//! the writer could not keep up with, or the device going away and coming back.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use railtrace_protocol::{Message, ResultCode, SampleBlock, Status, TriggerEdge};
+use railtrace_twin::rig::{Measures, RigDescription};
+use ringbuf::traits::{Consumer, Producer, Split};
+use ringbuf::HeapRb;
+
+use crate::recording::{Event, Kind, Meta, RecordingError, Writer, FORMAT_VERSION};
+use crate::transport::{Info, Rig, TransportError};
+
+/// Records in flight between reader and writer: at 8 channels and 100 kS/s the device
+/// sends about 1 600 blocks a second, so this is several seconds of stream.
+const RING_RECORDS: usize = 16_384;
+/// Time sync this often.
+const SYNC_INTERVAL: Duration = Duration::from_secs(1);
+/// Answer to a command within this.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A rig description read from a file, with its text (kept in the recording).
+#[derive(Debug, Clone)]
+pub struct RigFile {
+    /// The TOML text.
+    pub text: String,
+    /// Parsed and checked.
+    pub rig: RigDescription,
+}
+
+impl RigFile {
+    /// Reads and checks `hardware/rigs/*.toml`.
+    pub fn read(path: &Path) -> anyhow::Result<RigFile> {
+        use anyhow::Context;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the rig description {}", path.display()))?;
+        let rig: RigDescription = toml::from_str(&text).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: not a rig description: {}",
+                path.display(),
+                e.to_string().lines().next().unwrap_or_default()
+            )
+        })?;
+        rig.validate()
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        Ok(RigFile { text, rig })
+    }
+}
+
+/// What to capture.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The rig's serial port.
+    pub port: PathBuf,
+    /// The recording to write.
+    pub output: PathBuf,
+    /// The rig description; without one, rails come from the device's channel names
+    /// (`<rail>_I`, `<rail>_V`).
+    pub rig: Option<RigFile>,
+    /// Sample rate, Hz; the device's highest when not given.
+    pub rate_hz: Option<u32>,
+    /// Channels to capture; all the device has when not given.
+    pub channels: Option<Vec<u8>>,
+    /// Conversions averaged into each sample.
+    pub averaging: u16,
+    /// Stop after this long.
+    pub duration: Option<Duration>,
+    /// When the device goes away, wait this long for it to come back before giving up.
+    pub reconnect_wait: Duration,
+}
+
+/// Counters shared by reader, writer and whoever shows progress.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Samples written.
+    pub samples: AtomicU64,
+    /// Frames lost on the link (sequence gaps), all connections.
+    pub frames_lost: AtomicU64,
+    /// Bytes the decoder rejected, all connections.
+    pub bytes_rejected: AtomicU64,
+    /// Samples the device dropped and counted, all connections.
+    pub device_drops: AtomicU64,
+    /// Samples in blocks the writer could not keep up with.
+    pub host_drops: AtomicU64,
+    /// Gap rows written.
+    pub gaps: AtomicU64,
+    /// Reconnections.
+    pub reconnects: AtomicU64,
+    /// Bytes written to the file.
+    pub bytes_written: AtomicU64,
+    /// False while waiting for the device to come back.
+    pub connected: AtomicBool,
+    /// The writer stopped (an error writing the file).
+    pub writer_stopped: AtomicBool,
+}
+
+/// A snapshot of [`Counters`].
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Progress {
+    /// Since the capture started.
+    pub elapsed_s: f64,
+    /// Samples written.
+    pub samples: u64,
+    /// Frames lost on the link.
+    pub frames_lost: u64,
+    /// Bytes the decoder rejected.
+    pub bytes_rejected: u64,
+    /// Samples the device dropped.
+    pub device_drops: u64,
+    /// Samples the host dropped.
+    pub host_drops: u64,
+    /// Gap rows.
+    pub gaps: u64,
+    /// Reconnections.
+    pub reconnects: u64,
+    /// Bytes in the file.
+    pub bytes_written: u64,
+    /// Connected now.
+    pub connected: bool,
+}
+
+impl Counters {
+    /// A snapshot.
+    pub fn progress(&self, elapsed: Duration) -> Progress {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Progress {
+            elapsed_s: elapsed.as_secs_f64(),
+            samples: g(&self.samples),
+            frames_lost: g(&self.frames_lost),
+            bytes_rejected: g(&self.bytes_rejected),
+            device_drops: g(&self.device_drops),
+            host_drops: g(&self.host_drops),
+            gaps: g(&self.gaps),
+            reconnects: g(&self.reconnects),
+            bytes_written: g(&self.bytes_written),
+            connected: self.connected.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Why a capture ended early.
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureError {
+    /// Talking to the rig failed.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// The recording could not be written; what was flushed before is in the file.
+    #[error(transparent)]
+    Recording(#[from] RecordingError),
+    /// The request does not fit the device.
+    #[error("{0}")]
+    Settings(String),
+    /// The device did not come back.
+    #[error("{path}: the device went away and did not come back within {waited:?}; the recording holds everything before")]
+    Gone {
+        /// The port.
+        path: PathBuf,
+        /// How long we waited.
+        waited: Duration,
+    },
+}
+
+/// How a capture ended.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Summary {
+    /// The counters at the end.
+    pub progress: Progress,
+    /// Rows in the file.
+    pub rows: u64,
+    /// The file.
+    pub output: PathBuf,
+}
+
+fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
+}
+
+/// A time-sync exchange as the host saw it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Sync {
+    host_send_ns: i64,
+    host_recv_ns: i64,
+    rx_tick: u64,
+    tx_tick: u64,
+}
+
+/// What the reader hands the writer.
+#[derive(Debug)]
+enum Record {
+    /// A (re)connection: the device, the settings, and the time-sync exchange that anchors
+    /// its ticks to host time.
+    Segment {
+        info: Info,
+        mask: u8,
+        rate_hz: u32,
+        averaging: u16,
+        anchor: Sync,
+    },
+    Block {
+        first_index: u64,
+        first_tick: u64,
+        period_ticks: u32,
+        mask: u8,
+        codes: Vec<i16>,
+        /// Frames lost on the link before this block, this connection.
+        frames_lost: u64,
+        /// Samples the host dropped before this block, all connections.
+        host_drops: u64,
+    },
+    Edge(TriggerEdge),
+    Sync(Sync),
+    Status(Status),
+    Log(String),
+    /// The device went away.
+    Lost { cause: String },
+    End,
+}
+
+/// Captures until `stop` is set, the duration is over, or an error; calls `progress`
+/// about four times a second. The recording is finalised in every case; on error, what
+/// was captured before it is in the file.
+pub fn capture(
+    config: &Config,
+    stop: &AtomicBool,
+    counters: &Arc<Counters>,
+    mut progress: impl FnMut(&Progress),
+) -> Result<Summary, CaptureError> {
+    let started = Instant::now();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            CaptureError::Transport(TransportError::Port {
+                path: config.port.clone(),
+                error: e.to_string(),
+            })
+        })?;
+    // The first connection happens before the file exists: a wrong port leaves no file.
+    let (rig, segment) = rt.block_on(connect(config, None))?;
+    let (mut tx, rx) = HeapRb::<Record>::new(RING_RECORDS).split();
+    let _ = tx.try_push(segment);
+    let writer = {
+        let output = config.output.clone();
+        let config = config.clone();
+        let counters = counters.clone();
+        std::thread::Builder::new()
+            .name("railtrace-writer".into())
+            .spawn(move || {
+                let r = write_loop(&config, rx, &counters);
+                counters.writer_stopped.store(true, Ordering::Relaxed);
+                r
+            })
+            .map_err(|e| {
+                CaptureError::Recording(RecordingError::Io {
+                    path: output,
+                    error: e,
+                })
+            })?
+    };
+    let mut reader = Reader {
+        config,
+        counters,
+        tx,
+        writer: writer.thread().clone(),
+        pending_syncs: HashMap::new(),
+        frames_lost_closed: 0,
+        rejected_closed: 0,
+        drops_closed: 0,
+        drops_now: 0,
+        host_drops: 0,
+    };
+    counters.connected.store(true, Ordering::Relaxed);
+    let result = rt.block_on(reader.run(rig, stop, started, &mut progress));
+    reader.push(Record::End);
+    let written = writer.join().unwrap_or_else(|_| {
+        Err(RecordingError::Io {
+            path: config.output.clone(),
+            error: std::io::Error::other("the writer thread panicked"),
+        })
+    });
+    let rows = written?;
+    result?;
+    let p = counters.progress(started.elapsed());
+    progress(&p);
+    Ok(Summary {
+        progress: p,
+        rows,
+        output: config.output.clone(),
+    })
+}
+
+/// Opens the port, checks the device, configures it, anchors its clock and starts it.
+/// Frames of an earlier run that arrive meanwhile go to `on`.
+async fn connect(
+    config: &Config,
+    mut on: Option<&mut dyn FnMut(&Message<'_>)>,
+) -> Result<(Rig, Record), CaptureError> {
+    let mut sink = |m: &Message<'_>| {
+        if let Some(on) = on.as_mut() {
+            on(m)
+        }
+    };
+    let mut rig = Rig::open(&config.port)?;
+    let info = rig.info(COMMAND_TIMEOUT).await?;
+    // A device left running (by us before a disconnect, or by another program) is
+    // stopped first; an idle one answers Ok as well.
+    rig.command(
+        "Stop",
+        |id| Message::Stop { request_id: id },
+        COMMAND_TIMEOUT,
+        &mut sink,
+    )
+    .await?;
+    let rate_hz = match config.rate_hz {
+        Some(r) if info.sample_rates_hz.contains(&r) => r,
+        Some(r) => {
+            return Err(CaptureError::Settings(format!(
+                "{}: the device offers {} Hz, not {r} Hz",
+                config.port.display(),
+                info.sample_rates_hz
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )))
+        }
+        None => info.sample_rates_hz.iter().copied().max().unwrap_or(0),
+    };
+    let mut mask = 0u8;
+    match &config.channels {
+        Some(list) => {
+            for &c in list {
+                if !info.channels.iter().any(|ch| ch.index == c) {
+                    return Err(CaptureError::Settings(format!(
+                        "{}: the device has no channel {c} (it has {})",
+                        config.port.display(),
+                        info.channels
+                            .iter()
+                            .map(|c| c.index.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )));
+                }
+                mask |= 1 << c;
+            }
+        }
+        None => {
+            for c in &info.channels {
+                mask |= 1 << c.index;
+            }
+        }
+    }
+    let averaging = config.averaging.max(1);
+    rig.command(
+        "Configure",
+        |id| {
+            Message::Configure(railtrace_protocol::Configure {
+                request_id: id,
+                sample_rate_hz: rate_hz,
+                channel_mask: mask,
+                averaging,
+            })
+        },
+        COMMAND_TIMEOUT,
+        &mut sink,
+    )
+    .await?;
+    let anchor = time_sync(&mut rig, &mut sink).await?;
+    rig.command(
+        "Start",
+        |id| Message::Start { request_id: id },
+        COMMAND_TIMEOUT,
+        &mut sink,
+    )
+    .await?;
+    Ok((
+        rig,
+        Record::Segment {
+            info,
+            mask,
+            rate_hz,
+            averaging,
+            anchor,
+        },
+    ))
+}
+
+/// One time-sync exchange, waited for.
+async fn time_sync(
+    rig: &mut Rig,
+    on: &mut dyn FnMut(&Message<'_>),
+) -> Result<Sync, CaptureError> {
+    let nonce = now_ns() as u32;
+    let host_send_ns = now_ns();
+    let mut reply = None;
+    rig.command(
+        "TimeSync",
+        |id| {
+            Message::TimeSync(railtrace_protocol::TimeSyncRequest {
+                request_id: id,
+                nonce,
+            })
+        },
+        COMMAND_TIMEOUT,
+        |m| match m {
+            Message::TimeSyncReply(r) if r.nonce == nonce => {
+                reply = Some(Sync {
+                    host_send_ns,
+                    host_recv_ns: now_ns(),
+                    rx_tick: r.rx_tick,
+                    tx_tick: r.tx_tick,
+                })
+            }
+            m => on(m),
+        },
+    )
+    .await?;
+    reply.ok_or_else(|| {
+        CaptureError::Transport(TransportError::Port {
+            path: rig.path().to_path_buf(),
+            error: "TimeSync answered without a TimeSyncReply".into(),
+        })
+    })
+}
+
+struct Reader<'a> {
+    config: &'a Config,
+    counters: &'a Arc<Counters>,
+    tx: ringbuf::HeapProd<Record>,
+    writer: std::thread::Thread,
+    pending_syncs: HashMap<u32, i64>,
+    /// Totals of connections that ended.
+    frames_lost_closed: u64,
+    rejected_closed: u64,
+    drops_closed: u64,
+    /// Device drops of this connection, from its latest status.
+    drops_now: u64,
+    host_drops: u64,
+}
+
+impl std::fmt::Debug for Reader<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reader").finish_non_exhaustive()
+    }
+}
+
+impl Reader<'_> {
+    fn push(&mut self, r: Record) {
+        let samples = match &r {
+            Record::Block { codes, mask, .. } => {
+                (codes.len() / (mask.count_ones().max(1) as usize)) as u64
+            }
+            _ => 0,
+        };
+        match self.tx.try_push(r) {
+            Ok(()) => {}
+            Err(Record::End) => {
+                // Wait for room: the end must arrive.
+                while self.tx.try_push(Record::End).is_err() {
+                    self.writer.unpark();
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+            Err(_) => {
+                // The writer is behind: count the loss, the writer marks the gap.
+                self.host_drops += samples;
+                self.counters.host_drops.store(self.host_drops, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Turns one message into records.
+    fn on_message(&mut self, m: &Message<'_>, frames_lost: u64) {
+        let r = match m {
+            Message::SampleBlock(b) => block(b, frames_lost, self.host_drops),
+            Message::TriggerEdge(e) => Record::Edge(*e),
+            Message::TimeSyncReply(r) => match self.pending_syncs.remove(&r.nonce) {
+                Some(host_send_ns) => Record::Sync(Sync {
+                    host_send_ns,
+                    host_recv_ns: now_ns(),
+                    rx_tick: r.rx_tick,
+                    tx_tick: r.tx_tick,
+                }),
+                None => return,
+            },
+            Message::Status(s) => {
+                self.drops_now = s.dropped_total();
+                self.counters
+                    .device_drops
+                    .store(self.drops_closed + self.drops_now, Ordering::Relaxed);
+                Record::Status(*s)
+            }
+            Message::Log(l) => Record::Log(format!("{:?}: {}", l.level, l.text)),
+            _ => return,
+        };
+        self.push(r);
+    }
+
+    fn update_link(&self, rig: &Rig) {
+        self.counters.frames_lost.store(
+            self.frames_lost_closed + rig.seq.lost,
+            Ordering::Relaxed,
+        );
+        self.counters.bytes_rejected.store(
+            self.rejected_closed + rig.stats().bytes_rejected,
+            Ordering::Relaxed,
+        );
+    }
+
+    async fn run(
+        &mut self,
+        mut rig: Rig,
+        stop: &AtomicBool,
+        started: Instant,
+        progress: &mut impl FnMut(&Progress),
+    ) -> Result<(), CaptureError> {
+        let mut next_sync = Instant::now() + SYNC_INTERVAL;
+        let mut next_progress = Instant::now();
+        loop {
+            if self.counters.writer_stopped.load(Ordering::Relaxed) {
+                return Ok(()); // the writer's error is the capture's
+            }
+            let done = stop.load(Ordering::Relaxed)
+                || self.config.duration.is_some_and(|d| started.elapsed() >= d);
+            if done {
+                return self.finish(&mut rig).await;
+            }
+            if Instant::now() >= next_progress {
+                next_progress += Duration::from_millis(250);
+                progress(&self.counters.progress(started.elapsed()));
+            }
+            let mut result = Ok(true);
+            if Instant::now() >= next_sync {
+                next_sync += SYNC_INTERVAL;
+                let nonce = now_ns() as u32;
+                self.pending_syncs.insert(nonce, now_ns());
+                self.pending_syncs.retain(|_, t| now_ns() - *t < 10_000_000_000);
+                result = rig
+                    .send(|id| {
+                        Message::TimeSync(railtrace_protocol::TimeSyncRequest {
+                            request_id: id,
+                            nonce,
+                        })
+                    })
+                    .await
+                    .map(|_| true);
+            }
+            if result.is_ok() {
+                let lost = rig.seq.lost;
+                result = rig
+                    .pump(Duration::from_millis(50), |m| self.on_message(m, lost))
+                    .await;
+            }
+            self.update_link(&rig);
+            self.writer.unpark();
+            match result {
+                Ok(_) => {}
+                Err(e @ TransportError::Version { .. }) => return Err(e.into()),
+                Err(e) => {
+                    self.push(Record::Lost {
+                        cause: e.to_string(),
+                    });
+                    match self.reconnect(rig, stop, started, progress).await? {
+                        Some(r) => rig = r,
+                        None => return Ok(()), // stopped while waiting
+                    }
+                }
+            }
+        }
+    }
+
+    /// Waits for the device to come back; None when stopped meanwhile.
+    async fn reconnect(
+        &mut self,
+        old: Rig,
+        stop: &AtomicBool,
+        started: Instant,
+        progress: &mut impl FnMut(&Progress),
+    ) -> Result<Option<Rig>, CaptureError> {
+        self.frames_lost_closed += old.seq.lost;
+        self.rejected_closed += old.stats().bytes_rejected;
+        self.drops_closed += self.drops_now;
+        self.drops_now = 0;
+        drop(old);
+        self.counters.connected.store(false, Ordering::Relaxed);
+        let gone = Instant::now();
+        loop {
+            if stop.load(Ordering::Relaxed)
+                || self.config.duration.is_some_and(|d| started.elapsed() >= d)
+            {
+                return Ok(None);
+            }
+            if gone.elapsed() > self.config.reconnect_wait {
+                return Err(CaptureError::Gone {
+                    path: self.config.port.clone(),
+                    waited: self.config.reconnect_wait,
+                });
+            }
+            progress(&self.counters.progress(started.elapsed()));
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let mut stale = Vec::new();
+            let mut keep = |m: &Message<'_>| {
+                if let Message::SampleBlock(b) = m {
+                    stale.push(block(b, 0, 0));
+                }
+            };
+            match connect(self.config, Some(&mut keep)).await {
+                Ok((rig, segment)) => {
+                    // Blocks of the run before the disconnect, still queued in the
+                    // device, belong to the old segment.
+                    for r in stale {
+                        self.push(r);
+                    }
+                    self.push(segment);
+                    self.counters.reconnects.fetch_add(1, Ordering::Relaxed);
+                    self.counters.connected.store(true, Ordering::Relaxed);
+                    return Ok(Some(rig));
+                }
+                Err(CaptureError::Settings(s)) => return Err(CaptureError::Settings(s)),
+                Err(_) => continue, // not back yet
+            }
+        }
+    }
+
+    /// Stops the device and takes what it still sends.
+    async fn finish(&mut self, rig: &mut Rig) -> Result<(), CaptureError> {
+        let lost = rig.seq.lost;
+        let mut msgs = Vec::new();
+        let r = rig
+            .command(
+                "Stop",
+                |id| Message::Stop { request_id: id },
+                COMMAND_TIMEOUT,
+                |m| msgs.push(owned(m, lost, self.host_drops)),
+            )
+            .await;
+        for m in msgs.into_iter().flatten() {
+            if let Record::Status(s) = &m {
+                self.drops_now = s.dropped_total();
+                self.counters
+                    .device_drops
+                    .store(self.drops_closed + self.drops_now, Ordering::Relaxed);
+            }
+            self.push(m);
+        }
+        self.update_link(rig);
+        match r {
+            Ok(()) | Err(TransportError::Closed(_)) => Ok(()),
+            Err(TransportError::Refused {
+                code: ResultCode::Busy,
+                ..
+            }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+fn block(b: &SampleBlock<'_>, frames_lost: u64, host_drops: u64) -> Record {
+    Record::Block {
+        first_index: b.first_index,
+        first_tick: b.first_tick,
+        period_ticks: b.period_ticks,
+        mask: b.channel_mask,
+        codes: b.codes.iter().collect(),
+        frames_lost,
+        host_drops,
+    }
+}
+
+/// The records of a message that the writer keeps, for messages collected outside the
+/// main loop.
+fn owned(m: &Message<'_>, frames_lost: u64, host_drops: u64) -> Option<Record> {
+    Some(match m {
+        Message::SampleBlock(b) => block(b, frames_lost, host_drops),
+        Message::TriggerEdge(e) => Record::Edge(*e),
+        Message::Status(s) => Record::Status(*s),
+        Message::Log(l) => Record::Log(format!("{:?}: {}", l.level, l.text)),
+        _ => return None,
+    })
+}
+
+/// A rail and the channels that measure it.
+#[derive(Debug, Clone, PartialEq)]
+struct Rail {
+    name: String,
+    voltage: Option<u8>,
+    current: Option<u8>,
+}
+
+/// The rails: from the rig description, or from the device's channel names.
+fn rails(info: &Info, rig: Option<&RigDescription>) -> Vec<Rail> {
+    let mut out: Vec<Rail> = Vec::new();
+    let mut add = |name: &str, channel: u8, voltage: bool| {
+        let i = match out.iter().position(|r| r.name == name) {
+            Some(i) => i,
+            None => {
+                out.push(Rail {
+                    name: name.to_string(),
+                    voltage: None,
+                    current: None,
+                });
+                out.len() - 1
+            }
+        };
+        if voltage {
+            out[i].voltage = Some(channel);
+        } else {
+            out[i].current = Some(channel);
+        }
+    };
+    match rig {
+        Some(rig) => {
+            for c in &rig.channels {
+                add(&c.rail, c.index, c.measures == Measures::Voltage);
+            }
+        }
+        None => {
+            for c in &info.channels {
+                let (rail, voltage) = match (c.name.rsplit_once('_'), c.unit) {
+                    (Some((r, "V")), "V") => (r.to_string(), true),
+                    (Some((r, "I")), "A") => (r.to_string(), false),
+                    _ => (c.name.clone(), c.unit == "V"),
+                };
+                add(&rail, c.index, voltage);
+            }
+        }
+    }
+    out
+}
+
+/// The writer's view of one connection.
+#[derive(Debug)]
+struct Segment {
+    tick_hz: f64,
+    anchor_tick: f64,
+    anchor_s: f64,
+    /// Calibration by channel index: (scale, offset).
+    cal: [(f32, f32); 8],
+    next_index: Option<u64>,
+    frames_lost: u64,
+}
+
+impl Segment {
+    fn time_s(&self, tick: u64) -> f64 {
+        self.anchor_s + (tick as f64 - self.anchor_tick) / self.tick_hz
+    }
+}
+
+fn mid(a: i64, b: i64) -> i64 {
+    a + (b - a) / 2
+}
+
+fn status_json(s: &Status) -> String {
+    serde_json::json!({
+        "uptime_ticks": s.uptime_ticks,
+        "samples_acquired": s.samples_acquired,
+        "dropped_queue_full": s.dropped_queue_full,
+        "dropped_link": s.dropped_link,
+        "dropped_adc": s.dropped_adc,
+        "frames_sent": s.frames_sent,
+        "frames_rejected": s.frames_rejected,
+        "edges_dropped": s.edges_dropped,
+        "queue_high_water": s.queue_high_water,
+        "queue_capacity": s.queue_capacity,
+        "state": format!("{:?}", s.state),
+    })
+    .to_string()
+}
+
+/// The writer thread: records to rows until [`Record::End`].
+fn write_loop(
+    config: &Config,
+    mut rx: ringbuf::HeapCons<Record>,
+    counters: &Counters,
+) -> Result<u64, RecordingError> {
+    let mut w = Writing {
+        config,
+        counters,
+        file: None,
+        rails: Vec::new(),
+        code_channels: Vec::new(),
+        epoch_ns: 0,
+        seg: None,
+        lost: None,
+        reconnect_gap: None,
+        last_sample_s: None,
+        host_drops: 0,
+        period_s: 0.0,
+        samples: 0,
+    };
+    loop {
+        let Some(r) = rx.try_pop() else {
+            if let Some(f) = &mut w.file {
+                f.maybe_flush()?;
+                counters
+                    .bytes_written
+                    .store(f.bytes_written(), Ordering::Relaxed);
+            }
+            std::thread::park_timeout(Duration::from_millis(20));
+            continue;
+        };
+        if let Record::End = r {
+            break;
+        }
+        w.record(r)?;
+    }
+    match w.file {
+        Some(f) => {
+            let rows = f.finish()?;
+            Ok(rows)
+        }
+        None => Ok(0),
+    }
+}
+
+struct Writing<'a> {
+    config: &'a Config,
+    counters: &'a Counters,
+    file: Option<Writer>,
+    rails: Vec<Rail>,
+    code_channels: Vec<u8>,
+    epoch_ns: i64,
+    seg: Option<Segment>,
+    /// The device went away: why.
+    lost: Option<String>,
+    /// ... and came back: the gap to mark before the next sample.
+    reconnect_gap: Option<String>,
+    last_sample_s: Option<f64>,
+    host_drops: u64,
+    period_s: f64,
+    samples: u64,
+}
+
+impl Writing<'_> {
+    fn record(&mut self, r: Record) -> Result<(), RecordingError> {
+        match r {
+            Record::Segment {
+                info,
+                mask,
+                rate_hz,
+                averaging,
+                anchor,
+            } => self.segment(info, mask, rate_hz, averaging, anchor)?,
+            Record::Block {
+                first_index,
+                first_tick,
+                period_ticks,
+                mask,
+                codes,
+                frames_lost,
+                host_drops,
+            } => {
+                let (Some(seg), Some(file)) = (&mut self.seg, &mut self.file) else {
+                    return Ok(());
+                };
+                let n_ch = mask.count_ones() as usize;
+                if n_ch == 0 {
+                    return Ok(());
+                }
+                let n = codes.len() / n_ch;
+                let period_s = f64::from(period_ticks) / seg.tick_hz;
+                self.period_s = period_s;
+                // A gap: from the reconnect, or within a connection.
+                if let Some(cause) = self.reconnect_gap.take() {
+                    let start = self.last_sample_s.map_or(seg.anchor_s, |t| t + period_s);
+                    file.event(&Event::Gap {
+                        time_s: start,
+                        index: None,
+                        samples: None,
+                        duration_s: seg.time_s(first_tick) - start,
+                        cause,
+                    });
+                    self.counters.gaps.fetch_add(1, Ordering::Relaxed);
+                } else if let Some(next) = seg.next_index.filter(|&x| first_index > x) {
+                    let missing = first_index - next;
+                    let link = frames_lost - seg.frames_lost;
+                    let host = host_drops - self.host_drops;
+                    let cause = if host > 0 {
+                        format!("host: the writer fell behind and dropped {host} samples")
+                    } else if link > 0 {
+                        format!("link: {link} frame(s) lost (damaged or dropped bytes)")
+                    } else {
+                        "device: samples dropped on the device (queue full, link or ADC; see its status)"
+                            .to_string()
+                    };
+                    let start_tick =
+                        first_tick.saturating_sub(missing * u64::from(period_ticks));
+                    file.event(&Event::Gap {
+                        time_s: seg.time_s(start_tick),
+                        index: Some(next),
+                        samples: Some(missing),
+                        duration_s: missing as f64 * period_s,
+                        cause,
+                    });
+                    self.counters.gaps.fetch_add(1, Ordering::Relaxed);
+                } else if seg.next_index.is_some_and(|x| first_index < x) {
+                    return Ok(()); // a block already written (a repeat): keep the first
+                }
+                seg.frames_lost = frames_lost;
+                self.host_drops = host_drops;
+                // Slots of the enabled channels, in index order.
+                let slot = |ch: Option<u8>| {
+                    ch.filter(|&c| mask & (1 << c) != 0)
+                        .map(|c| ((mask & ((1u16 << c) - 1) as u8).count_ones() as usize, c))
+                };
+                let rail_slots: Vec<_> = self
+                    .rails
+                    .iter()
+                    .map(|r| (slot(r.voltage), slot(r.current)))
+                    .collect();
+                let code_slots: Vec<_> =
+                    self.code_channels.iter().map(|&c| slot(Some(c))).collect();
+                let mut values = vec![(f32::NAN, f32::NAN); rail_slots.len()];
+                let mut raw = vec![0i16; code_slots.len()];
+                let phys = |s: usize, c: u8, row: &[i16]| {
+                    let (scale, offset) = seg.cal[usize::from(c)];
+                    f32::from(row[s]) * scale + offset
+                };
+                for i in 0..n {
+                    let row = &codes[i * n_ch..(i + 1) * n_ch];
+                    for (v, (vs, cs)) in values.iter_mut().zip(&rail_slots) {
+                        v.0 = vs.map_or(f32::NAN, |(s, c)| phys(s, c, row));
+                        v.1 = cs.map_or(f32::NAN, |(s, c)| phys(s, c, row));
+                    }
+                    for (r, s) in raw.iter_mut().zip(&code_slots) {
+                        *r = s.map_or(0, |(s, _)| row[s]);
+                    }
+                    let tick = first_tick + i as u64 * u64::from(period_ticks);
+                    let t = seg.time_s(tick);
+                    file.sample(t, Some(first_index + i as u64), Some(tick), &values, &raw);
+                    self.last_sample_s = Some(t);
+                }
+                seg.next_index = Some(first_index + n as u64);
+                self.samples += n as u64;
+                self.counters.samples.store(self.samples, Ordering::Relaxed);
+            }
+            Record::Edge(e) => {
+                let (Some(seg), Some(file)) = (&self.seg, &mut self.file) else {
+                    return Ok(());
+                };
+                let output = e.line & railtrace_protocol::OUTPUT_LINE != 0;
+                let line = e.line & !railtrace_protocol::OUTPUT_LINE;
+                let label = self
+                    .config
+                    .rig
+                    .as_ref()
+                    .and_then(|r| {
+                        r.rig.triggers.iter().find(|t| {
+                            t.line == line && (t.direction == "output") == output
+                        })
+                    })
+                    .map_or(String::new(), |t| t.name.clone());
+                file.event(&Event::Edge {
+                    time_s: seg.time_s(e.tick),
+                    tick: Some(e.tick),
+                    index: Some(e.sample_index),
+                    line: e.line,
+                    rising: e.rising,
+                    count: Some(u64::from(e.edge_count)),
+                    label,
+                });
+            }
+            Record::Sync(s) => self.sync(&s),
+            Record::Status(s) => {
+                let (Some(seg), Some(file)) = (&self.seg, &mut self.file) else {
+                    return Ok(());
+                };
+                file.event(&Event::Text {
+                    kind: Kind::Status,
+                    time_s: seg.time_s(s.uptime_ticks),
+                    text: status_json(&s),
+                });
+            }
+            Record::Log(text) => {
+                let t = self.host_s(now_ns());
+                if let Some(file) = &mut self.file {
+                    file.event(&Event::Text {
+                        kind: Kind::Log,
+                        time_s: t,
+                        text,
+                    });
+                }
+            }
+            Record::Lost { cause } => {
+                let t = self.host_s(now_ns());
+                if let Some(file) = &mut self.file {
+                    file.event(&Event::Text {
+                        kind: Kind::Log,
+                        time_s: t,
+                        text: format!("host: {cause}; waiting for it to come back"),
+                    });
+                    file.flush()?;
+                }
+                self.lost = Some(format!("disconnected: {cause}"));
+            }
+            Record::End => {}
+        }
+        if let Some(f) = &mut self.file {
+            f.maybe_flush()?;
+            self.counters
+                .bytes_written
+                .store(f.bytes_written(), Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    fn host_s(&self, ns: i64) -> f64 {
+        (ns - self.epoch_ns) as f64 * 1e-9
+    }
+
+    fn sync(&mut self, s: &Sync) {
+        let (Some(seg), Some(file)) = (&self.seg, &mut self.file) else {
+            return;
+        };
+        file.event(&Event::TimeSync {
+            time_s: seg.time_s(s.tx_tick),
+            host_send_ns: s.host_send_ns,
+            host_recv_ns: s.host_recv_ns,
+            rx_tick: s.rx_tick,
+            tx_tick: s.tx_tick,
+        });
+    }
+
+    fn segment(
+        &mut self,
+        info: Info,
+        mask: u8,
+        rate_hz: u32,
+        averaging: u16,
+        anchor: Sync,
+    ) -> Result<(), RecordingError> {
+        let host_mid = mid(anchor.host_send_ns, anchor.host_recv_ns);
+        self.reconnect_gap = self.lost.take();
+        if self.file.is_none() {
+            self.epoch_ns = host_mid;
+            self.rails = rails(&info, self.config.rig.as_ref().map(|r| &r.rig));
+            self.code_channels = info.channels.iter().map(|c| c.index).collect();
+            let meta = Meta {
+                version: FORMAT_VERSION,
+                source: format!("capture {}", self.config.port.display()),
+                epoch_utc_ns: self.epoch_ns,
+                timebase: "device clock, anchored to host UTC by a time-sync exchange at each (re)connection; time_sync rows hold every exchange".into(),
+                rails: self.rails.iter().map(|r| r.name.clone()).collect(),
+                code_channels: self.code_channels.clone(),
+                device: serde_json::to_value(&info).ok(),
+                rig: self.config.rig.as_ref().map(|r| r.text.clone()),
+                settings: Some(serde_json::json!({
+                    "sample_rate_hz": rate_hz,
+                    "channel_mask": mask,
+                    "averaging": averaging,
+                })),
+            };
+            self.file = Some(Writer::create(&self.config.output, &meta)?);
+        }
+        let mut cal = [(1.0, 0.0); 8];
+        for c in &info.channels {
+            if let Some(x) = cal.get_mut(usize::from(c.index)) {
+                *x = (c.scale, c.offset);
+            }
+        }
+        let mid_tick = anchor.rx_tick as f64 + (anchor.tx_tick as f64 - anchor.rx_tick as f64) / 2.0;
+        self.seg = Some(Segment {
+            tick_hz: f64::from(info.tick_hz.max(1)),
+            anchor_tick: mid_tick,
+            anchor_s: self.host_s(host_mid),
+            cal,
+            next_index: None,
+            frames_lost: 0,
+        });
+        let t = self.host_s(host_mid);
+        if let Some(file) = &mut self.file {
+            file.event(&Event::Text {
+                kind: Kind::Info,
+                time_s: t,
+                text: serde_json::json!({
+                    "device": info,
+                    "sample_rate_hz": rate_hz,
+                    "channel_mask": mask,
+                    "averaging": averaging,
+                })
+                .to_string(),
+            });
+        }
+        self.sync(&anchor);
+        Ok(())
+    }
+}

@@ -1,0 +1,125 @@
+//! `railtrace capture`: a rig's stream into a recording.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use railtrace::capture::{capture, Config, Counters, Progress, RigFile};
+
+/// Records a rig's stream into an Arrow IPC stream file until Ctrl-C or --duration.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The rig's serial port (e.g. /dev/ttyACM0, or the path `railtrace twin serve`
+    /// prints).
+    #[arg(long)]
+    port: PathBuf,
+    /// The rig description (hardware/rigs/*.toml): which channel senses which rail. Without
+    /// it, rails come from the device's channel names (`<rail>_I`, `<rail>_V`).
+    #[arg(long)]
+    rig: Option<PathBuf>,
+    /// Sample rate in Hz; the device's highest when not given.
+    #[arg(long)]
+    rate: Option<u32>,
+    /// Channels to capture, e.g. `0,1,4,5`; all when not given.
+    #[arg(long, value_delimiter = ',')]
+    channels: Option<Vec<u8>>,
+    /// Conversions averaged into each sample.
+    #[arg(long, default_value_t = 1)]
+    averaging: u16,
+    /// Stop after this many seconds.
+    #[arg(long)]
+    duration: Option<f64>,
+    /// When the device goes away, wait this many seconds for it before giving up.
+    #[arg(long, default_value_t = 600.0)]
+    reconnect_wait: f64,
+    /// The recording to write (replaced if it exists).
+    #[arg(long, short, default_value = "run.arrow")]
+    output: PathBuf,
+    /// No progress line; print the summary as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn line(p: &Progress) -> String {
+    let rate = if p.elapsed_s > 0.0 {
+        p.samples as f64 / p.elapsed_s
+    } else {
+        0.0
+    };
+    format!(
+        "{}{:>9.0} samples/s  {:>7.1} s  {} samples  frames lost {}  bytes rejected {}  device drops {}  gaps {}  {:.1} MB",
+        if p.connected { "" } else { "[waiting for the device] " },
+        rate,
+        p.elapsed_s,
+        p.samples,
+        p.frames_lost,
+        p.bytes_rejected,
+        p.device_drops,
+        p.gaps,
+        p.bytes_written as f64 / 1e6
+    )
+}
+
+/// Runs `railtrace capture`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let rig = args.rig.as_deref().map(RigFile::read).transpose()?;
+    if let Some(dir) = args.output.parent().filter(|d| !d.as_os_str().is_empty()) {
+        anyhow::ensure!(
+            dir.is_dir(),
+            "{}: the output's folder does not exist",
+            args.output.display()
+        );
+    }
+    let config = Config {
+        port: args.port,
+        output: args.output,
+        rig,
+        rate_hz: args.rate,
+        channels: args.channels,
+        averaging: args.averaging,
+        duration: args.duration.map(Duration::from_secs_f64),
+        reconnect_wait: Duration::from_secs_f64(args.reconnect_wait.max(0.0)),
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed))
+        .context("cannot install the Ctrl-C handler")?;
+    let counters = Arc::new(Counters::default());
+    let bar = if args.json {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new_spinner()
+    };
+    let result = capture(&config, &stop, &counters, |p| bar.set_message(line(p)));
+    bar.finish_and_clear();
+    let summary = result.with_context(|| {
+        if config.output.exists() {
+            format!(
+                "capture stopped; {} keeps everything captured before",
+                config.output.display()
+            )
+        } else {
+            "capture failed".to_string()
+        }
+    })?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        let p = &summary.progress;
+        eprintln!("{}", line(p));
+        eprintln!(
+            "railtrace capture: {} rows ({} samples) in {}; frames lost {}, device drops {}, host drops {}, gaps {}, reconnects {}",
+            summary.rows,
+            p.samples,
+            summary.output.display(),
+            p.frames_lost,
+            p.device_drops,
+            p.host_drops,
+            p.gaps,
+            p.reconnects
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,253 @@
+//! `railtrace inspect FILE`: what a recording holds.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use railtrace::recording::{self, Kind, Rows};
+use serde::Serialize;
+
+/// Prints a recording's summary: source, device, rows of each kind, time span, gaps and
+/// their causes, trigger edges, power per rail.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The recording (.arrow).
+    file: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Default, Serialize)]
+struct Power {
+    mean_w: f64,
+    min_w: f64,
+    max_w: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct Gap {
+    time_s: f64,
+    duration_s: f64,
+    samples: Option<u64>,
+    cause: String,
+}
+
+#[derive(Debug, Serialize)]
+struct Summary {
+    file: PathBuf,
+    finalised: bool,
+    source: String,
+    epoch_utc_ns: i64,
+    device: Option<serde_json::Value>,
+    settings: Option<serde_json::Value>,
+    rig: bool,
+    rows: BTreeMap<&'static str, u64>,
+    first_sample_s: Option<f64>,
+    last_sample_s: Option<f64>,
+    mean_sample_rate_hz: Option<f64>,
+    gaps: Vec<Gap>,
+    gap_total_s: f64,
+    edges_by_line: BTreeMap<u8, u64>,
+    power: BTreeMap<String, Power>,
+    energy_j: f64,
+}
+
+fn summarise(r: &recording::Recording) -> Summary {
+    let counts = r.counts();
+    let mut names: Vec<String> = r.meta.rails.iter().map(|n| format!("{n}_w")).collect();
+    names.push("total_w".into());
+    let mut sums = vec![(0.0f64, 0u64, f64::INFINITY, f64::NEG_INFINITY); names.len()];
+    let (mut first, mut last) = (None, None);
+    let mut gaps = Vec::new();
+    let mut edges = BTreeMap::new();
+    let mut energy = 0.0;
+    let mut prev: Option<(f64, f64)> = None;
+    for rows in r.rows() {
+        let time = rows.f64("time_s");
+        let cols: Vec<_> = names.iter().map(|n| rows.f32(n)).collect();
+        let text = rows.text();
+        for i in 0..rows.len() {
+            match rows.kind(i) {
+                Kind::Sample => {
+                    let t = time.value(i);
+                    first.get_or_insert(t);
+                    last = Some(t);
+                    for (s, c) in sums.iter_mut().zip(&cols) {
+                        if let Some(v) = Rows::get(c, i) {
+                            let v = f64::from(v);
+                            s.0 += v;
+                            s.1 += 1;
+                            s.2 = s.2.min(v);
+                            s.3 = s.3.max(v);
+                        }
+                    }
+                    // Trapezoids between consecutive samples; a gap row breaks the chain.
+                    let w = Rows::get(cols[cols.len() - 1], i).map_or(f64::NAN, f64::from);
+                    if let Some((t0, w0)) = prev {
+                        energy += (t - t0) * (w + w0) / 2.0;
+                    }
+                    prev = w.is_finite().then_some((t, w));
+                }
+                Kind::Gap => {
+                    prev = None;
+                    gaps.push(Gap {
+                        time_s: time.value(i),
+                        duration_s: Rows::get(rows.f64("duration_s"), i).unwrap_or(f64::NAN),
+                        samples: Rows::get(rows.u64("count"), i),
+                        cause: text.value(i).to_string(),
+                    });
+                }
+                Kind::Edge => {
+                    let line = rows.column::<arrow_array::UInt8Array>("line");
+                    *edges.entry(line.value(i)).or_insert(0) += 1;
+                }
+                _ => {}
+            }
+        }
+    }
+    let n = counts[0];
+    let span = first.zip(last).map(|(a, b)| b - a);
+    let gap_total_s = gaps.iter().map(|g| g.duration_s).filter(|d| d.is_finite()).sum();
+    Summary {
+        file: r.path.clone(),
+        finalised: r.finalised,
+        source: r.meta.source.clone(),
+        epoch_utc_ns: r.meta.epoch_utc_ns,
+        device: r.meta.device.clone(),
+        settings: r.meta.settings.clone(),
+        rig: r.meta.rig.is_some(),
+        rows: Kind::ALL.iter().map(|k| k.name()).zip(counts).collect(),
+        first_sample_s: first,
+        last_sample_s: last,
+        mean_sample_rate_hz: span.filter(|s| *s > 0.0).map(|s| (n.saturating_sub(1)) as f64 / s),
+        gaps,
+        gap_total_s,
+        edges_by_line: edges,
+        power: names
+            .into_iter()
+            .zip(sums)
+            .filter(|(_, s)| s.1 > 0)
+            .map(|(n, s)| {
+                (
+                    n,
+                    Power {
+                        mean_w: s.0 / s.1 as f64,
+                        min_w: s.2,
+                        max_w: s.3,
+                    },
+                )
+            })
+            .collect(),
+        energy_j: energy,
+    }
+}
+
+/// UTC date and time of ns since the Unix epoch, e.g. `2026-11-29 09:41:07.123 UTC`.
+pub fn utc(ns: i64) -> String {
+    let secs = ns.div_euclid(1_000_000_000);
+    let ms = ns.rem_euclid(1_000_000_000) / 1_000_000;
+    let days = secs.div_euclid(86_400);
+    let s = secs.rem_euclid(86_400);
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{ms:03} UTC",
+        s / 3600,
+        s % 3600 / 60,
+        s % 60
+    )
+}
+
+/// Runs `railtrace inspect`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let r = recording::read(&args.file)?;
+    let s = summarise(&r);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+        return Ok(());
+    }
+    println!("file      {}", s.file.display());
+    println!(
+        "state     {}",
+        if s.finalised {
+            "complete (closed by its writer)"
+        } else {
+            "not closed (the capture was killed or lost power): rows up to its last flush"
+        }
+    );
+    println!("source    {}", s.source);
+    println!("start     {} (time_s = 0)", utc(s.epoch_utc_ns));
+    if let Some(d) = &s.device {
+        let g = |k: &str| d.get(k).map(|v| v.to_string().trim_matches('"').to_string());
+        println!(
+            "device    {} {} firmware {}{}",
+            g("board").unwrap_or_default(),
+            g("serial").unwrap_or_default(),
+            g("firmware").unwrap_or_default(),
+            if d.get("test_signal").and_then(|v| v.as_bool()) == Some(true) {
+                " (test signal)"
+            } else {
+                ""
+            }
+        );
+    }
+    if let Some(st) = &s.settings {
+        println!("settings  {st}");
+    }
+    println!(
+        "rails     {}{}",
+        r.meta.rails.join(", "),
+        if s.rig { " (rig description in the file)" } else { "" }
+    );
+    let rows: Vec<String> = s
+        .rows
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(k, n)| format!("{n} {k}"))
+        .collect();
+    println!("rows      {}", rows.join(", "));
+    if let (Some(a), Some(b)) = (s.first_sample_s, s.last_sample_s) {
+        println!(
+            "samples   {a:.6} s to {b:.6} s ({:.3} s), {:.1} samples/s on average",
+            b - a,
+            s.mean_sample_rate_hz.unwrap_or(0.0)
+        );
+    }
+    if s.gaps.is_empty() {
+        println!("gaps      none");
+    } else {
+        println!("gaps      {} totalling {:.6} s", s.gaps.len(), s.gap_total_s);
+    }
+    for g in s.gaps.iter().take(20) {
+        println!(
+            "  at {:.6} s for {:.6} s{}: {}",
+            g.time_s,
+            g.duration_s,
+            g.samples.map_or(String::new(), |n| format!(" ({n} samples)")),
+            g.cause
+        );
+    }
+    if s.gaps.len() > 20 {
+        println!("  ... and {} more (--json lists all)", s.gaps.len() - 20);
+    }
+    for (line, n) in &s.edges_by_line {
+        let dir = if line & 0x80 != 0 { "output" } else { "input" };
+        println!("edges     line {} ({dir}): {n}", line & 0x7f);
+    }
+    for (name, p) in &s.power {
+        println!(
+            "power     {name:<16} mean {:>9.3} W  min {:>9.3} W  max {:>9.3} W",
+            p.mean_w, p.min_w, p.max_w
+        );
+    }
+    println!("energy    {:.3} J (total_w over the samples, gaps excluded)", s.energy_j);
+    Ok(())
+}

@@ -1,0 +1,831 @@
+//! The recording: one Arrow IPC *stream* file per capture or import, readable as it is by
+//! pyarrow (`pyarrow.ipc.open_stream`) and polars (`pl.read_ipc_stream`).
+//!
+//! One table, one row per sample or event, told apart by the `kind` column. Sample rows
+//! fill the measurement columns; event rows (gaps, trigger edges, time-sync exchanges,
+//! the GPU's own logger readings, device status, device info, log lines) fill theirs and
+//! leave the rest null. Gaps are rows of their own, never interpolated samples. The
+//! schema's metadata key `railtrace` holds a JSON [`Meta`]: where the data came from, the
+//! time origin, the device's info and calibration, the rig description.
+//!
+//! The writer buffers rows and writes a whole record batch with one `write` at least once
+//! a second ([`FLUSH_INTERVAL`]), so a capture killed at any moment leaves a stream that
+//! readers open, holding everything up to the last flush. The stream's end marker is
+//! written only by [`Writer::finish`]: [`Recording::finalised`] tells the two apart.
+//! `host/RECORDING.md` documents the columns.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow_array::builder::{
+    ArrayBuilder, BooleanBuilder, Float32Builder, Float64Builder, Int16Builder, Int64Builder, Int8Builder,
+    StringBuilder, UInt64Builder, UInt8Builder,
+};
+use arrow_array::{
+    Array, ArrayRef, DictionaryArray, Float32Array, Float64Array, Int8Array, RecordBatch,
+    StringArray, UInt64Array,
+};
+use arrow_ipc::reader::StreamReader;
+use arrow_ipc::writer::{IpcWriteOptions, StreamWriter};
+use arrow_ipc::CompressionType;
+use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
+use serde::{Deserialize, Serialize};
+
+/// The value of the metadata key `railtrace.format`.
+pub const FORMAT: &str = "railtrace-recording";
+/// The format version this code writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+/// A record batch is written at least this often.
+pub const FLUSH_INTERVAL: Duration = Duration::from_millis(500);
+/// ... or when it has this many rows.
+pub const BATCH_ROWS: usize = 65_536;
+
+/// What a row is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A measurement: every rail's volts, amperes and watts, the total, the raw codes.
+    Sample,
+    /// Samples that are missing, with the cause in `text`.
+    Gap,
+    /// A trigger edge seen (or driven) by the rig, or a load edge of an import.
+    Edge,
+    /// One time-sync exchange: host send/receive times and the device's ticks.
+    TimeSync,
+    /// A reading of the GPU's own power logger.
+    Logger,
+    /// The device's counters (JSON in `text`).
+    Status,
+    /// The device's DeviceInfo (JSON in `text`), at every (re)connection.
+    Info,
+    /// A log line from the device or the host.
+    Log,
+}
+
+impl Kind {
+    /// Every kind, in the order of the `kind` column's dictionary.
+    pub const ALL: [Kind; 8] = [
+        Kind::Sample,
+        Kind::Gap,
+        Kind::Edge,
+        Kind::TimeSync,
+        Kind::Logger,
+        Kind::Status,
+        Kind::Info,
+        Kind::Log,
+    ];
+
+    /// The name in the `kind` column.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Sample => "sample",
+            Kind::Gap => "gap",
+            Kind::Edge => "edge",
+            Kind::TimeSync => "time_sync",
+            Kind::Logger => "logger",
+            Kind::Status => "status",
+            Kind::Info => "info",
+            Kind::Log => "log",
+        }
+    }
+
+    fn code(self) -> i8 {
+        Kind::ALL.iter().position(|k| *k == self).unwrap_or(0) as i8
+    }
+}
+
+/// The recording's metadata (the schema's `railtrace` key, as JSON).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Meta {
+    /// Format version ([`FORMAT_VERSION`]).
+    pub version: u32,
+    /// Where the data came from, e.g. `capture /dev/ttyACM0` or `import pmd DIR`.
+    pub source: String,
+    /// The instant `time_s = 0`, ns since the Unix epoch (UTC).
+    pub epoch_utc_ns: i64,
+    /// How `time_s` was made, for people.
+    pub timebase: String,
+    /// The rails, in column order: each has `<rail>_v`, `<rail>_a` and `<rail>_w`.
+    pub rails: Vec<String>,
+    /// The ADC channels that have a raw `code<N>` column.
+    pub code_channels: Vec<u8>,
+    /// The device's DeviceInfo at the start (channels, calibration, clock), if any.
+    #[serde(default)]
+    pub device: Option<serde_json::Value>,
+    /// The rig description (TOML text), if one was given.
+    #[serde(default)]
+    pub rig: Option<String>,
+    /// The acquisition settings (rate, channels, averaging), if any.
+    #[serde(default)]
+    pub settings: Option<serde_json::Value>,
+}
+
+/// Why a recording cannot be written or read.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordingError {
+    /// The file could not be read or written.
+    #[error("{path}: {error}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What happened.
+        error: std::io::Error,
+    },
+    /// Not an Arrow IPC stream.
+    #[error("{path}: not a railtrace recording ({why})")]
+    Foreign {
+        /// The file.
+        path: PathBuf,
+        /// What it looks like instead.
+        why: String,
+    },
+    /// A recording of another format version.
+    #[error("{path}: recording format version {found}; this railtrace reads version {supported}")]
+    Version {
+        /// The file.
+        path: PathBuf,
+        /// The file's version.
+        found: u32,
+        /// Ours.
+        supported: u32,
+    },
+    /// The stream breaks off inside a record batch.
+    #[error("{path}: truncated or damaged after {rows} rows in {batches} complete record batches ({error})")]
+    Truncated {
+        /// The file.
+        path: PathBuf,
+        /// Complete batches before the damage.
+        batches: usize,
+        /// Rows in them.
+        rows: usize,
+        /// Arrow's words.
+        error: String,
+    },
+    /// Arrow refused to encode.
+    #[error("{path}: {error}")]
+    Arrow {
+        /// The file.
+        path: PathBuf,
+        /// Arrow's words.
+        error: ArrowError,
+    },
+}
+
+fn unit_field(name: &str, data_type: DataType, unit: &str) -> Field {
+    let f = Field::new(name, data_type, true);
+    if unit.is_empty() {
+        f
+    } else {
+        f.with_metadata(HashMap::from([("unit".to_string(), unit.to_string())]))
+    }
+}
+
+/// The schema of a recording with these rails and code channels.
+pub fn schema(meta: &Meta) -> Schema {
+    use DataType as D;
+    let mut fields = vec![
+        Field::new(
+            "kind",
+            D::Dictionary(Box::new(D::Int8), Box::new(D::Utf8)),
+            false,
+        ),
+        unit_field("time_s", D::Float64, "s"),
+        unit_field("index", D::UInt64, ""),
+        unit_field("tick", D::UInt64, "tick"),
+    ];
+    for r in &meta.rails {
+        fields.push(unit_field(&format!("{r}_v"), D::Float32, "V"));
+        fields.push(unit_field(&format!("{r}_a"), D::Float32, "A"));
+        fields.push(unit_field(&format!("{r}_w"), D::Float32, "W"));
+    }
+    fields.push(unit_field("total_w", D::Float32, "W"));
+    for c in &meta.code_channels {
+        fields.push(unit_field(&format!("code{c}"), D::Int16, "code"));
+    }
+    fields.extend([
+        unit_field("line", D::UInt8, ""),
+        unit_field("rising", D::Boolean, ""),
+        unit_field("count", D::UInt64, ""),
+        unit_field("duration_s", D::Float64, "s"),
+        unit_field("host_send_ns", D::Int64, "ns"),
+        unit_field("host_recv_ns", D::Int64, "ns"),
+        unit_field("tx_tick", D::UInt64, "tick"),
+        unit_field("logger_w", D::Float64, "W"),
+        unit_field("logger_instant_w", D::Float64, "W"),
+        unit_field("text", D::Utf8, ""),
+    ]);
+    let json = serde_json::to_string(meta).unwrap_or_default();
+    Schema::new(fields).with_metadata(HashMap::from([
+        ("railtrace.format".to_string(), FORMAT.to_string()),
+        ("railtrace".to_string(), json),
+    ]))
+}
+
+/// An event row.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// Missing samples.
+    Gap {
+        /// Time of the first missing sample, s.
+        time_s: f64,
+        /// Index of the first missing sample, where known.
+        index: Option<u64>,
+        /// How many samples are missing, where known.
+        samples: Option<u64>,
+        /// How long the gap lasts, s.
+        duration_s: f64,
+        /// Why.
+        cause: String,
+    },
+    /// A trigger or load edge.
+    Edge {
+        /// When, s.
+        time_s: f64,
+        /// The device's tick, where there is one.
+        tick: Option<u64>,
+        /// The sample whose period holds the edge, where known.
+        index: Option<u64>,
+        /// Line number (bit 7 set: an output the rig drove).
+        line: u8,
+        /// Rising or falling.
+        rising: bool,
+        /// Edges on this line so far, this one included, where known.
+        count: Option<u64>,
+        /// What the line is, for people.
+        label: String,
+    },
+    /// A time-sync exchange.
+    TimeSync {
+        /// The reply's transmit time on the recording's timeline, s.
+        time_s: f64,
+        /// Host time of the request, ns since the Unix epoch.
+        host_send_ns: i64,
+        /// Host time the reply was read, ns since the Unix epoch.
+        host_recv_ns: i64,
+        /// Device tick when the request arrived.
+        rx_tick: u64,
+        /// Device tick when the reply left.
+        tx_tick: u64,
+    },
+    /// A reading of the GPU's own logger.
+    Logger {
+        /// When the reading was taken, s.
+        time_s: f64,
+        /// The reported (averaged) power, W.
+        power_w: f64,
+        /// The instantaneous power, W, where the logger reports one.
+        instant_w: Option<f64>,
+    },
+    /// Status, info or log text.
+    Text {
+        /// [`Kind::Status`], [`Kind::Info`] or [`Kind::Log`].
+        kind: Kind,
+        /// When, s.
+        time_s: f64,
+        /// The text (JSON for status and info).
+        text: String,
+    },
+}
+
+#[derive(Debug)]
+struct Columns {
+    kind: Int8Builder,
+    time_s: Float64Builder,
+    index: UInt64Builder,
+    tick: UInt64Builder,
+    rails: Vec<[Float32Builder; 3]>,
+    total_w: Float32Builder,
+    codes: Vec<Int16Builder>,
+    line: UInt8Builder,
+    rising: BooleanBuilder,
+    count: UInt64Builder,
+    duration_s: Float64Builder,
+    host_send_ns: Int64Builder,
+    host_recv_ns: Int64Builder,
+    tx_tick: UInt64Builder,
+    logger_w: Float64Builder,
+    logger_instant_w: Float64Builder,
+    text: StringBuilder,
+}
+
+impl Columns {
+    fn new(rails: usize, codes: usize) -> Columns {
+        Columns {
+            kind: Int8Builder::new(),
+            time_s: Float64Builder::new(),
+            index: UInt64Builder::new(),
+            tick: UInt64Builder::new(),
+            rails: (0..rails).map(|_| Default::default()).collect(),
+            total_w: Float32Builder::new(),
+            codes: (0..codes).map(|_| Int16Builder::new()).collect(),
+            line: UInt8Builder::new(),
+            rising: BooleanBuilder::new(),
+            count: UInt64Builder::new(),
+            duration_s: Float64Builder::new(),
+            host_send_ns: Int64Builder::new(),
+            host_recv_ns: Int64Builder::new(),
+            tx_tick: UInt64Builder::new(),
+            logger_w: Float64Builder::new(),
+            logger_instant_w: Float64Builder::new(),
+            text: StringBuilder::new(),
+        }
+    }
+
+    /// Starts a row; every column the caller does not fill gets a null from `end_row`.
+    fn begin(&mut self, kind: Kind, time_s: f64) {
+        self.kind.append_value(kind.code());
+        self.time_s.append_value(time_s);
+    }
+
+    /// Pads every column to the row count with nulls.
+    fn end_row(&mut self) {
+        let n = self.kind.len();
+        fn pad<B: ArrayBuilder>(b: &mut B, n: usize, null: impl Fn(&mut B)) {
+            while b.len() < n {
+                null(b);
+            }
+        }
+        pad(&mut self.index, n, |b| b.append_null());
+        pad(&mut self.tick, n, |b| b.append_null());
+        for r in &mut self.rails {
+            for b in r {
+                pad(b, n, |b| b.append_null());
+            }
+        }
+        pad(&mut self.total_w, n, |b| b.append_null());
+        for b in &mut self.codes {
+            pad(b, n, |b| b.append_null());
+        }
+        pad(&mut self.line, n, |b| b.append_null());
+        pad(&mut self.rising, n, |b| b.append_null());
+        pad(&mut self.count, n, |b| b.append_null());
+        pad(&mut self.duration_s, n, |b| b.append_null());
+        pad(&mut self.host_send_ns, n, |b| b.append_null());
+        pad(&mut self.host_recv_ns, n, |b| b.append_null());
+        pad(&mut self.tx_tick, n, |b| b.append_null());
+        pad(&mut self.logger_w, n, |b| b.append_null());
+        pad(&mut self.logger_instant_w, n, |b| b.append_null());
+        pad(&mut self.text, n, |b| b.append_null());
+    }
+
+    fn finish(&mut self, kinds: &ArrayRef) -> Result<Vec<ArrayRef>, ArrowError> {
+        let keys = self.kind.finish();
+        let mut out: Vec<ArrayRef> = vec![
+            Arc::new(DictionaryArray::try_new(keys, kinds.clone())?),
+            Arc::new(self.time_s.finish()),
+            Arc::new(self.index.finish()),
+            Arc::new(self.tick.finish()),
+        ];
+        for r in &mut self.rails {
+            for b in r {
+                out.push(Arc::new(b.finish()));
+            }
+        }
+        out.push(Arc::new(self.total_w.finish()));
+        for b in &mut self.codes {
+            out.push(Arc::new(b.finish()));
+        }
+        out.extend::<[ArrayRef; 10]>([
+            Arc::new(self.line.finish()),
+            Arc::new(self.rising.finish()),
+            Arc::new(self.count.finish()),
+            Arc::new(self.duration_s.finish()),
+            Arc::new(self.host_send_ns.finish()),
+            Arc::new(self.host_recv_ns.finish()),
+            Arc::new(self.tx_tick.finish()),
+            Arc::new(self.logger_w.finish()),
+            Arc::new(self.logger_instant_w.finish()),
+            Arc::new(self.text.finish()),
+        ]);
+        Ok(out)
+    }
+}
+
+/// Writes a recording.
+pub struct Writer {
+    path: PathBuf,
+    file: File,
+    schema: SchemaRef,
+    ipc: StreamWriter<Vec<u8>>,
+    kinds: ArrayRef,
+    cols: Columns,
+    last_flush: Instant,
+    rows_written: u64,
+    bytes_written: u64,
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer")
+            .field("path", &self.path)
+            .field("pending", &self.pending())
+            .field("rows_written", &self.rows_written)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Writer {
+    /// Creates (or replaces) `path` and writes the schema at once, so that even a
+    /// recording killed before its first batch opens.
+    pub fn create(path: &Path, meta: &Meta) -> Result<Writer, RecordingError> {
+        let io = |error| RecordingError::Io {
+            path: path.to_path_buf(),
+            error,
+        };
+        let arrow = |error| RecordingError::Arrow {
+            path: path.to_path_buf(),
+            error,
+        };
+        let schema = Arc::new(schema(meta));
+        let file = File::create(path).map_err(io)?;
+        let options = IpcWriteOptions::default()
+            .try_with_compression(Some(CompressionType::LZ4_FRAME))
+            .map_err(arrow)?;
+        let ipc = StreamWriter::try_new_with_options(Vec::new(), &schema, options).map_err(arrow)?;
+        let names: StringArray = Kind::ALL.iter().map(|k| Some(k.name())).collect();
+        let mut w = Writer {
+            path: path.to_path_buf(),
+            file,
+            cols: Columns::new(meta.rails.len(), meta.code_channels.len()),
+            schema,
+            ipc,
+            kinds: Arc::new(names),
+            last_flush: Instant::now(),
+            rows_written: 0,
+            bytes_written: 0,
+        };
+        w.write_out()?;
+        Ok(w)
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Rows written to the file so far (not counting those still buffered).
+    pub fn rows_written(&self) -> u64 {
+        self.rows_written
+    }
+
+    /// Bytes written to the file so far.
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes_written
+    }
+
+    /// Adds a sample row: per rail (volts, amperes) in [`Meta::rails`] order (NaN where
+    /// the rig does not measure it), and the raw codes in [`Meta::code_channels`] order.
+    pub fn sample(
+        &mut self,
+        time_s: f64,
+        index: Option<u64>,
+        tick: Option<u64>,
+        rails: &[(f32, f32)],
+        codes: &[i16],
+    ) {
+        let c = &mut self.cols;
+        c.begin(Kind::Sample, time_s);
+        c.index.append_option(index);
+        c.tick.append_option(tick);
+        let mut total = 0.0f32;
+        for (b, &(v, a)) in c.rails.iter_mut().zip(rails) {
+            let w = v * a;
+            for (b, x) in b.iter_mut().zip([v, a, w]) {
+                b.append_option(x.is_finite().then_some(x));
+            }
+            if w.is_finite() {
+                total += w;
+            }
+        }
+        c.total_w.append_value(total);
+        for (b, &code) in c.codes.iter_mut().zip(codes) {
+            b.append_value(code);
+        }
+        c.end_row();
+    }
+
+    /// Adds an event row.
+    pub fn event(&mut self, e: &Event) {
+        let c = &mut self.cols;
+        match e {
+            Event::Gap {
+                time_s,
+                index,
+                samples,
+                duration_s,
+                cause,
+            } => {
+                c.begin(Kind::Gap, *time_s);
+                c.index.append_option(*index);
+                c.count.append_option(*samples);
+                c.duration_s.append_value(*duration_s);
+                c.text.append_value(cause);
+            }
+            Event::Edge {
+                time_s,
+                tick,
+                index,
+                line,
+                rising,
+                count,
+                label,
+            } => {
+                c.begin(Kind::Edge, *time_s);
+                c.index.append_option(*index);
+                c.tick.append_option(*tick);
+                c.line.append_value(*line);
+                c.rising.append_value(*rising);
+                c.count.append_option(*count);
+                c.text.append_value(label);
+            }
+            Event::TimeSync {
+                time_s,
+                host_send_ns,
+                host_recv_ns,
+                rx_tick,
+                tx_tick,
+            } => {
+                c.begin(Kind::TimeSync, *time_s);
+                c.tick.append_value(*rx_tick);
+                c.tx_tick.append_value(*tx_tick);
+                c.host_send_ns.append_value(*host_send_ns);
+                c.host_recv_ns.append_value(*host_recv_ns);
+            }
+            Event::Logger {
+                time_s,
+                power_w,
+                instant_w,
+            } => {
+                c.begin(Kind::Logger, *time_s);
+                c.logger_w.append_value(*power_w);
+                c.logger_instant_w.append_option(*instant_w);
+            }
+            Event::Text { kind, time_s, text } => {
+                c.begin(*kind, *time_s);
+                c.text.append_value(text);
+            }
+        }
+        c.end_row();
+    }
+
+    /// Rows buffered, not yet written.
+    pub fn pending(&self) -> usize {
+        self.cols.kind.len()
+    }
+
+    /// Writes the buffered rows if a batch is full or [`FLUSH_INTERVAL`] has passed.
+    pub fn maybe_flush(&mut self) -> Result<(), RecordingError> {
+        if self.pending() >= BATCH_ROWS || self.last_flush.elapsed() >= FLUSH_INTERVAL {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Writes the buffered rows as one record batch, with one `write` to the file.
+    pub fn flush(&mut self) -> Result<(), RecordingError> {
+        self.last_flush = Instant::now();
+        let rows = self.pending();
+        if rows == 0 {
+            return Ok(());
+        }
+        let arrow = |error| RecordingError::Arrow {
+            path: self.path.clone(),
+            error,
+        };
+        let columns = self.cols.finish(&self.kinds).map_err(arrow)?;
+        let batch = RecordBatch::try_new(self.schema.clone(), columns).map_err(arrow)?;
+        self.ipc.write(&batch).map_err(arrow)?;
+        self.write_out()?;
+        self.rows_written += rows as u64;
+        Ok(())
+    }
+
+    fn write_out(&mut self) -> Result<(), RecordingError> {
+        let bytes = self.ipc.get_mut();
+        self.file
+            .write_all(bytes)
+            .map_err(|error| RecordingError::Io {
+                path: self.path.clone(),
+                error,
+            })?;
+        self.bytes_written += bytes.len() as u64;
+        bytes.clear();
+        Ok(())
+    }
+
+    /// Writes what is buffered and the stream's end marker, and syncs the file to disk.
+    pub fn finish(mut self) -> Result<u64, RecordingError> {
+        self.flush()?;
+        self.ipc.finish().map_err(|error| RecordingError::Arrow {
+            path: self.path.clone(),
+            error,
+        })?;
+        self.write_out()?;
+        self.file.sync_all().map_err(|error| RecordingError::Io {
+            path: self.path.clone(),
+            error,
+        })?;
+        Ok(self.rows_written)
+    }
+}
+
+/// A recording read back.
+#[derive(Debug, Clone)]
+pub struct Recording {
+    /// The file.
+    pub path: PathBuf,
+    /// Its metadata.
+    pub meta: Meta,
+    /// Its schema.
+    pub schema: SchemaRef,
+    /// Its rows.
+    pub batches: Vec<RecordBatch>,
+    /// The writer closed it (the end-of-stream marker is there); false for a capture that
+    /// was killed or lost power, whose rows up to its last flush are all here.
+    pub finalised: bool,
+}
+
+/// The end-of-stream marker of the Arrow IPC stream format.
+const END_OF_STREAM: [u8; 8] = [0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0];
+
+/// Reads a whole recording.
+pub fn read(path: &Path) -> Result<Recording, RecordingError> {
+    let io = |error| RecordingError::Io {
+        path: path.to_path_buf(),
+        error,
+    };
+    let foreign = |why: &str| RecordingError::Foreign {
+        path: path.to_path_buf(),
+        why: why.to_string(),
+    };
+    let mut bytes = Vec::new();
+    File::open(path)
+        .and_then(|mut f| f.read_to_end(&mut bytes))
+        .map_err(io)?;
+    if bytes.starts_with(b"ARROW1") {
+        return Err(foreign(
+            "an Arrow IPC file (random-access format), not the stream format",
+        ));
+    }
+    if bytes.starts_with(b"PAR1") {
+        return Err(foreign("a Parquet file"));
+    }
+    if !bytes.starts_with(&[0xFF, 0xFF, 0xFF, 0xFF]) {
+        return Err(foreign(if bytes.is_empty() {
+            "the file is empty"
+        } else {
+            "not an Arrow IPC stream"
+        }));
+    }
+    let finalised = bytes.ends_with(&END_OF_STREAM);
+    let reader = StreamReader::try_new(std::io::Cursor::new(&bytes[..]), None).map_err(|e| {
+        foreign(&format!("not a readable Arrow IPC stream header: {e}"))
+    })?;
+    let schema = reader.schema();
+    let md = schema.metadata();
+    if md.get("railtrace.format").map(String::as_str) != Some(FORMAT) {
+        return Err(foreign(
+            "an Arrow stream without railtrace's metadata (railtrace.format)",
+        ));
+    }
+    let meta_json = md.get("railtrace").map(String::as_str).unwrap_or("");
+    let version = serde_json::from_str::<serde_json::Value>(meta_json)
+        .ok()
+        .and_then(|v| v.get("version")?.as_u64())
+        .unwrap_or(0);
+    if version != u64::from(FORMAT_VERSION) {
+        return Err(RecordingError::Version {
+            path: path.to_path_buf(),
+            found: version as u32,
+            supported: FORMAT_VERSION,
+        });
+    }
+    let meta: Meta = serde_json::from_str(meta_json)
+        .map_err(|e| foreign(&format!("its railtrace metadata does not parse: {e}")))?;
+    let expected = self::schema(&meta);
+    let same = |a: &Field, b: &Field| a.name() == b.name() && a.data_type() == b.data_type();
+    if expected.fields().len() != schema.fields().len()
+        || !expected.fields().iter().zip(schema.fields()).all(|(a, b)| same(a, b))
+    {
+        return Err(foreign(
+            "its columns are not the ones its railtrace metadata describes",
+        ));
+    }
+    let mut batches = Vec::new();
+    let mut rows = 0;
+    for b in reader {
+        match b {
+            Ok(b) => {
+                rows += b.num_rows();
+                batches.push(b);
+            }
+            Err(e) => {
+                return Err(RecordingError::Truncated {
+                    path: path.to_path_buf(),
+                    batches: batches.len(),
+                    rows,
+                    error: e.to_string(),
+                })
+            }
+        }
+    }
+    Ok(Recording {
+        path: path.to_path_buf(),
+        meta,
+        schema,
+        batches,
+        finalised,
+    })
+}
+
+/// Typed access to one record batch of a recording.
+#[derive(Debug)]
+pub struct Rows<'a> {
+    batch: &'a RecordBatch,
+    kinds: &'a Int8Array,
+}
+
+impl<'a> Rows<'a> {
+    /// Wraps a batch of a recording.
+    pub fn new(batch: &'a RecordBatch) -> Rows<'a> {
+        let kinds = batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<DictionaryArray<arrow_array::types::Int8Type>>()
+            .map(DictionaryArray::keys)
+            .expect("the kind column of a recording read by `read`");
+        Rows { batch, kinds }
+    }
+
+    /// Rows in the batch.
+    pub fn len(&self) -> usize {
+        self.batch.num_rows()
+    }
+
+    /// True when the batch has no rows.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The kind of row `i`.
+    pub fn kind(&self, i: usize) -> Kind {
+        Kind::ALL[self.kinds.value(i) as usize % Kind::ALL.len()]
+    }
+
+    /// A Float64 column (`time_s`, `duration_s`, `logger_w`, ...).
+    pub fn f64(&self, name: &str) -> &'a Float64Array {
+        self.column(name)
+    }
+
+    /// A Float32 column (`<rail>_w`, `total_w`, ...).
+    pub fn f32(&self, name: &str) -> &'a Float32Array {
+        self.column(name)
+    }
+
+    /// A UInt64 column (`index`, `tick`, `count`, `tx_tick`).
+    pub fn u64(&self, name: &str) -> &'a UInt64Array {
+        self.column(name)
+    }
+
+    /// The `text` column.
+    pub fn text(&self) -> &'a StringArray {
+        self.column("text")
+    }
+
+    /// Any column by name and type.
+    pub fn column<T: Array + 'static>(&self, name: &str) -> &'a T {
+        self.batch
+            .column_by_name(name)
+            .and_then(|c| c.as_any().downcast_ref::<T>())
+            .unwrap_or_else(|| panic!("a recording has a column {name} of the documented type"))
+    }
+
+    /// Value of row `i` of a nullable column.
+    pub fn get<T: arrow_array::ArrowPrimitiveType>(
+        a: &arrow_array::PrimitiveArray<T>,
+        i: usize,
+    ) -> Option<T::Native> {
+        a.is_valid(i).then(|| a.value(i))
+    }
+}
+
+impl Recording {
+    /// Rows of every batch.
+    pub fn rows(&self) -> impl Iterator<Item = Rows<'_>> {
+        self.batches.iter().map(Rows::new)
+    }
+
+    /// Number of rows of each kind, in [`Kind::ALL`] order.
+    pub fn counts(&self) -> [u64; 8] {
+        let mut n = [0u64; 8];
+        for r in self.rows() {
+            for i in 0..r.len() {
+                n[r.kind(i).code() as usize] += 1;
+            }
+        }
+        n
+    }
+}
