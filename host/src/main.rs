@@ -22,6 +22,10 @@ enum Command {
     Capture(cmd::capture::Args),
     /// What a recording holds.
     Inspect(cmd::inspect::Args),
+    /// A recording as Parquet, CSV or a Perfetto (Chrome trace-event JSON) trace.
+    Export(cmd::export::Args),
+    /// Power per rail and in total against time, as SVG or PNG.
+    Plot(cmd::plot::Args),
     /// The digital twin of the bench.
     Twin(cmd::twin::Args),
 }
@@ -33,6 +37,8 @@ fn main() {
         Command::Info(args) => cmd::info::run(args),
         Command::Capture(args) => cmd::capture::run(args),
         Command::Inspect(args) => cmd::inspect::run(args),
+        Command::Export(args) => cmd::export::run(args),
+        Command::Plot(args) => cmd::plot::run(args),
         Command::Twin(args) => cmd::twin::run(args),
     };
     if let Err(e) = result {

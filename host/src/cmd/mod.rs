@@ -1,6 +1,8 @@
 //! One subcommand per file.
 pub mod capture;
 pub mod devices;
+pub mod export;
 pub mod info;
 pub mod inspect;
+pub mod plot;
 pub mod twin;
