@@ -29,6 +29,9 @@ use crate::transport::{Info, Rig, TransportError};
 const RING_RECORDS: usize = 16_384;
 /// Time sync this often.
 const SYNC_INTERVAL: Duration = Duration::from_secs(1);
+/// A running device sends a status every second: this long without a frame means it is
+/// gone.
+const SILENCE: Duration = Duration::from_secs(3);
 /// Answer to a command within this.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -227,7 +230,11 @@ enum Record {
     Status(Status),
     Log(String),
     /// The device went away.
-    Lost { cause: String },
+    Lost {
+        cause: String,
+    },
+    /// It is back (a Segment follows if it had to be restarted).
+    Resumed,
     End,
 }
 
@@ -251,9 +258,11 @@ pub fn capture(
             })
         })?;
     // The first connection happens before the file exists: a wrong port leaves no file.
-    let (rig, segment) = rt.block_on(connect(config, None))?;
+    let (rig, segment) = rt.block_on(connect(config, false, None))?;
     let (mut tx, rx) = HeapRb::<Record>::new(RING_RECORDS).split();
-    let _ = tx.try_push(segment);
+    if let Some(segment) = segment {
+        let _ = tx.try_push(segment);
+    }
     let writer = {
         let output = config.output.clone();
         let config = config.clone();
@@ -306,23 +315,49 @@ pub fn capture(
 
 /// Opens the port, checks the device, configures it, anchors its clock and starts it.
 /// Frames of an earlier run that arrive meanwhile go to `on`.
+///
+/// With `resume`, a device found still running (the link went away, the device did not)
+/// is left running: its stream goes on with the same sample numbering and clock, and
+/// None is returned instead of a new segment.
 async fn connect(
     config: &Config,
+    resume: bool,
     mut on: Option<&mut dyn FnMut(&Message<'_>)>,
-) -> Result<(Rig, Record), CaptureError> {
+) -> Result<(Rig, Option<Record>), CaptureError> {
     let mut sink = |m: &Message<'_>| {
         if let Some(on) = on.as_mut() {
             on(m)
         }
     };
     let mut rig = Rig::open(&config.port)?;
-    let info = rig.info(COMMAND_TIMEOUT).await?;
-    // A device left running (by us before a disconnect, or by another program) is
-    // stopped first; an idle one answers Ok as well.
-    rig.command(
+    let mut tries = 0;
+    let info = loop {
+        // A damaged answer is lost like any frame: ask again.
+        match rig.info(COMMAND_TIMEOUT).await {
+            Err(TransportError::Timeout { .. }) if tries < RETRIES => tries += 1,
+            r => break r?,
+        }
+    };
+    if resume {
+        let mut running = false;
+        let get_status = |id| Message::GetStatus { request_id: id };
+        command(&mut rig, "GetStatus", get_status, &mut |m| {
+            if let Message::Status(s) = m {
+                running = s.state == railtrace_protocol::RunState::Running;
+            }
+            sink(m)
+        })
+        .await?;
+        if running {
+            return Ok((rig, None));
+        }
+    }
+    // A device left running (by another program, or by us before it reset) is stopped
+    // first; an idle one answers Ok as well.
+    command(
+        &mut rig,
         "Stop",
         |id| Message::Stop { request_id: id },
-        COMMAND_TIMEOUT,
         &mut sink,
     )
     .await?;
@@ -366,45 +401,73 @@ async fn connect(
         }
     }
     let averaging = config.averaging.max(1);
-    rig.command(
-        "Configure",
-        |id| {
-            Message::Configure(railtrace_protocol::Configure {
-                request_id: id,
-                sample_rate_hz: rate_hz,
-                channel_mask: mask,
-                averaging,
-            })
-        },
-        COMMAND_TIMEOUT,
-        &mut sink,
-    )
-    .await?;
-    let anchor = time_sync(&mut rig, &mut sink).await?;
-    rig.command(
+    let configure = |id| {
+        Message::Configure(railtrace_protocol::Configure {
+            request_id: id,
+            sample_rate_hz: rate_hz,
+            channel_mask: mask,
+            averaging,
+        })
+    };
+    command(&mut rig, "Configure", configure, &mut sink).await?;
+    let mut tries = 0;
+    let anchor = loop {
+        match time_sync(&mut rig, &mut sink).await {
+            Err(CaptureError::Transport(TransportError::Timeout { .. })) if tries < RETRIES => {
+                tries += 1
+            }
+            r => break r?,
+        }
+    };
+    // A Start whose answer was lost leaves the device running: a second Start is then
+    // refused as Busy, which is success.
+    match command(
+        &mut rig,
         "Start",
         |id| Message::Start { request_id: id },
-        COMMAND_TIMEOUT,
         &mut sink,
     )
-    .await?;
+    .await
+    {
+        Err(TransportError::Refused {
+            code: ResultCode::Busy,
+            ..
+        }) => {}
+        r => r?,
+    }
     Ok((
         rig,
-        Record::Segment {
+        Some(Record::Segment {
             info,
             mask,
             rate_hz,
             averaging,
             anchor,
-        },
+        }),
     ))
 }
 
-/// One time-sync exchange, waited for.
-async fn time_sync(
+/// Tries for a lost answer.
+const RETRIES: u32 = 3;
+
+/// A command, sent again when its answer is lost.
+async fn command(
     rig: &mut Rig,
+    name: &'static str,
+    make: impl Fn(u16) -> Message<'static>,
     on: &mut dyn FnMut(&Message<'_>),
-) -> Result<Sync, CaptureError> {
+) -> Result<(), TransportError> {
+    let mut tries = 0;
+    loop {
+        match rig.command(name, &make, COMMAND_TIMEOUT, &mut *on).await {
+            Err(TransportError::Timeout { .. }) if tries < RETRIES => tries += 1,
+            r => return r,
+        }
+    }
+}
+
+/// One time-sync exchange, waited for.
+async fn time_sync(rig: &mut Rig, on: &mut dyn FnMut(&Message<'_>)) -> Result<Sync, CaptureError> {
     let nonce = now_ns() as u32;
     let host_send_ns = now_ns();
     let mut reply = None;
@@ -470,8 +533,10 @@ impl Reader<'_> {
         match self.tx.try_push(r) {
             Ok(()) => {}
             Err(Record::End) => {
-                // Wait for room: the end must arrive.
-                while self.tx.try_push(Record::End).is_err() {
+                // Wait for room: the end must arrive, unless the writer stopped.
+                while self.tx.try_push(Record::End).is_err()
+                    && !self.counters.writer_stopped.load(Ordering::Relaxed)
+                {
                     self.writer.unpark();
                     std::thread::sleep(Duration::from_millis(5));
                 }
@@ -479,7 +544,9 @@ impl Reader<'_> {
             Err(_) => {
                 // The writer is behind: count the loss, the writer marks the gap.
                 self.host_drops += samples;
-                self.counters.host_drops.store(self.host_drops, Ordering::Relaxed);
+                self.counters
+                    .host_drops
+                    .store(self.host_drops, Ordering::Relaxed);
             }
         }
     }
@@ -487,7 +554,9 @@ impl Reader<'_> {
     /// Turns one message into records.
     fn on_message(&mut self, m: &Message<'_>, frames_lost: u64) {
         let r = match m {
-            Message::SampleBlock(b) => block(b, frames_lost, self.host_drops),
+            Message::SampleBlock(b) => {
+                block(b, self.frames_lost_closed + frames_lost, self.host_drops)
+            }
             Message::TriggerEdge(e) => Record::Edge(*e),
             Message::TimeSyncReply(r) => match self.pending_syncs.remove(&r.nonce) {
                 Some(host_send_ns) => Record::Sync(Sync {
@@ -512,10 +581,9 @@ impl Reader<'_> {
     }
 
     fn update_link(&self, rig: &Rig) {
-        self.counters.frames_lost.store(
-            self.frames_lost_closed + rig.seq.lost,
-            Ordering::Relaxed,
-        );
+        self.counters
+            .frames_lost
+            .store(self.frames_lost_closed + rig.seq.lost, Ordering::Relaxed);
         self.counters.bytes_rejected.store(
             self.rejected_closed + rig.stats().bytes_rejected,
             Ordering::Relaxed,
@@ -531,6 +599,8 @@ impl Reader<'_> {
     ) -> Result<(), CaptureError> {
         let mut next_sync = Instant::now() + SYNC_INTERVAL;
         let mut next_progress = Instant::now();
+        let mut last_rx = Instant::now();
+        let mut restarts = rig.seq.restarts;
         loop {
             if self.counters.writer_stopped.load(Ordering::Relaxed) {
                 return Ok(()); // the writer's error is the capture's
@@ -549,7 +619,8 @@ impl Reader<'_> {
                 next_sync += SYNC_INTERVAL;
                 let nonce = now_ns() as u32;
                 self.pending_syncs.insert(nonce, now_ns());
-                self.pending_syncs.retain(|_, t| now_ns() - *t < 10_000_000_000);
+                self.pending_syncs
+                    .retain(|_, t| now_ns() - *t < 10_000_000_000);
                 result = rig
                     .send(|id| {
                         Message::TimeSync(railtrace_protocol::TimeSyncRequest {
@@ -561,25 +632,38 @@ impl Reader<'_> {
                     .map(|_| true);
             }
             if result.is_ok() {
-                let lost = rig.seq.lost;
                 result = rig
-                    .pump(Duration::from_millis(50), |m| self.on_message(m, lost))
+                    .pump_counted(Duration::from_millis(50), |m, lost| {
+                        self.on_message(m, lost)
+                    })
                     .await;
             }
             self.update_link(&rig);
             self.writer.unpark();
-            match result {
-                Ok(_) => {}
-                Err(e @ TransportError::Version { .. }) => return Err(e.into()),
-                Err(e) => {
-                    self.push(Record::Lost {
-                        cause: e.to_string(),
-                    });
-                    match self.reconnect(rig, stop, started, progress).await? {
-                        Some(r) => rig = r,
-                        None => return Ok(()), // stopped while waiting
-                    }
+            let cause = match result {
+                Ok(true) if rig.seq.restarts > restarts => {
+                    Some("the device reset (its frame numbers started over)".to_string())
                 }
+                Ok(true) => {
+                    last_rx = Instant::now();
+                    None
+                }
+                Ok(false) if last_rx.elapsed() > SILENCE => Some(format!(
+                    "{}: nothing received for {SILENCE:?}",
+                    self.config.port.display()
+                )),
+                Ok(false) => None,
+                Err(e @ TransportError::Version { .. }) => return Err(e.into()),
+                Err(e) => Some(e.to_string()),
+            };
+            if let Some(cause) = cause {
+                self.push(Record::Lost { cause });
+                match self.reconnect(rig, stop, started, progress).await? {
+                    Some(r) => rig = r,
+                    None => return Ok(()), // stopped while waiting
+                }
+                last_rx = Instant::now();
+                restarts = rig.seq.restarts;
             }
         }
     }
@@ -593,12 +677,14 @@ impl Reader<'_> {
         progress: &mut impl FnMut(&Progress),
     ) -> Result<Option<Rig>, CaptureError> {
         self.frames_lost_closed += old.seq.lost;
+        let lost = self.frames_lost_closed;
         self.rejected_closed += old.stats().bytes_rejected;
         self.drops_closed += self.drops_now;
         self.drops_now = 0;
         drop(old);
         self.counters.connected.store(false, Ordering::Relaxed);
         let gone = Instant::now();
+        let host_drops = self.host_drops;
         loop {
             if stop.load(Ordering::Relaxed)
                 || self.config.duration.is_some_and(|d| started.elapsed() >= d)
@@ -613,20 +699,19 @@ impl Reader<'_> {
             }
             progress(&self.counters.progress(started.elapsed()));
             tokio::time::sleep(Duration::from_millis(200)).await;
-            let mut stale = Vec::new();
-            let mut keep = |m: &Message<'_>| {
-                if let Message::SampleBlock(b) = m {
-                    stale.push(block(b, 0, 0));
-                }
-            };
-            match connect(self.config, Some(&mut keep)).await {
+            let mut early = Vec::new();
+            let mut keep = |m: &Message<'_>| early.extend(owned(m, lost, host_drops));
+            match connect(self.config, true, Some(&mut keep)).await {
                 Ok((rig, segment)) => {
-                    // Blocks of the run before the disconnect, still queued in the
-                    // device, belong to the old segment.
-                    for r in stale {
+                    // What arrived while reconnecting: a resumed stream's next blocks,
+                    // or the old run's last ones before a restart.
+                    for r in early {
                         self.push(r);
                     }
-                    self.push(segment);
+                    self.push(Record::Resumed);
+                    if let Some(segment) = segment {
+                        self.push(segment);
+                    }
                     self.counters.reconnects.fetch_add(1, Ordering::Relaxed);
                     self.counters.connected.store(true, Ordering::Relaxed);
                     return Ok(Some(rig));
@@ -639,7 +724,7 @@ impl Reader<'_> {
 
     /// Stops the device and takes what it still sends.
     async fn finish(&mut self, rig: &mut Rig) -> Result<(), CaptureError> {
-        let lost = rig.seq.lost;
+        let lost = self.frames_lost_closed + rig.seq.lost;
         let mut msgs = Vec::new();
         let r = rig
             .command(
@@ -752,7 +837,6 @@ struct Segment {
     /// Calibration by channel index: (scale, offset).
     cal: [(f32, f32); 8],
     next_index: Option<u64>,
-    frames_lost: u64,
 }
 
 impl Segment {
@@ -798,6 +882,8 @@ fn write_loop(
         seg: None,
         lost: None,
         reconnect_gap: None,
+        resumed: false,
+        frames_lost: 0,
         last_sample_s: None,
         host_drops: 0,
         period_s: 0.0,
@@ -838,8 +924,12 @@ struct Writing<'a> {
     seg: Option<Segment>,
     /// The device went away: why.
     lost: Option<String>,
-    /// ... and came back: the gap to mark before the next sample.
+    /// ... and came back restarted: the gap to mark before the next sample.
     reconnect_gap: Option<String>,
+    /// ... and came back still running: blocks go on in the same segment.
+    resumed: bool,
+    /// Frames lost on the link, as of the last block.
+    frames_lost: u64,
     last_sample_s: Option<f64>,
     host_drops: u64,
     period_s: f64,
@@ -888,9 +978,11 @@ impl Writing<'_> {
                     self.counters.gaps.fetch_add(1, Ordering::Relaxed);
                 } else if let Some(next) = seg.next_index.filter(|&x| first_index > x) {
                     let missing = first_index - next;
-                    let link = frames_lost - seg.frames_lost;
-                    let host = host_drops - self.host_drops;
-                    let cause = if host > 0 {
+                    let link = frames_lost.saturating_sub(self.frames_lost);
+                    let host = host_drops.saturating_sub(self.host_drops);
+                    let cause = if let Some(cause) = self.lost.take() {
+                        cause // the link went away and came back, the device ran on
+                    } else if host > 0 {
                         format!("host: the writer fell behind and dropped {host} samples")
                     } else if link > 0 {
                         format!("link: {link} frame(s) lost (damaged or dropped bytes)")
@@ -898,8 +990,7 @@ impl Writing<'_> {
                         "device: samples dropped on the device (queue full, link or ADC; see its status)"
                             .to_string()
                     };
-                    let start_tick =
-                        first_tick.saturating_sub(missing * u64::from(period_ticks));
+                    let start_tick = first_tick.saturating_sub(missing * u64::from(period_ticks));
                     file.event(&Event::Gap {
                         time_s: seg.time_s(start_tick),
                         index: Some(next),
@@ -911,8 +1002,13 @@ impl Writing<'_> {
                 } else if seg.next_index.is_some_and(|x| first_index < x) {
                     return Ok(()); // a block already written (a repeat): keep the first
                 }
-                seg.frames_lost = frames_lost;
+                self.frames_lost = frames_lost;
                 self.host_drops = host_drops;
+                if self.resumed {
+                    // The stream went on where it was: nothing missing, nothing to mark.
+                    self.lost = None;
+                    self.resumed = false;
+                }
                 // Slots of the enabled channels, in index order.
                 let slot = |ch: Option<u8>| {
                     ch.filter(|&c| mask & (1 << c) != 0)
@@ -960,9 +1056,10 @@ impl Writing<'_> {
                     .rig
                     .as_ref()
                     .and_then(|r| {
-                        r.rig.triggers.iter().find(|t| {
-                            t.line == line && (t.direction == "output") == output
-                        })
+                        r.rig
+                            .triggers
+                            .iter()
+                            .find(|t| t.line == line && (t.direction == "output") == output)
                     })
                     .map_or(String::new(), |t| t.name.clone());
                 file.event(&Event::Edge {
@@ -1007,7 +1104,9 @@ impl Writing<'_> {
                     file.flush()?;
                 }
                 self.lost = Some(format!("disconnected: {cause}"));
+                self.resumed = false;
             }
+            Record::Resumed => self.resumed = true,
             Record::End => {}
         }
         if let Some(f) = &mut self.file {
@@ -1046,6 +1145,7 @@ impl Writing<'_> {
     ) -> Result<(), RecordingError> {
         let host_mid = mid(anchor.host_send_ns, anchor.host_recv_ns);
         self.reconnect_gap = self.lost.take();
+        self.resumed = false;
         if self.file.is_none() {
             self.epoch_ns = host_mid;
             self.rails = rails(&info, self.config.rig.as_ref().map(|r| &r.rig));
@@ -1073,14 +1173,14 @@ impl Writing<'_> {
                 *x = (c.scale, c.offset);
             }
         }
-        let mid_tick = anchor.rx_tick as f64 + (anchor.tx_tick as f64 - anchor.rx_tick as f64) / 2.0;
+        let mid_tick =
+            anchor.rx_tick as f64 + (anchor.tx_tick as f64 - anchor.rx_tick as f64) / 2.0;
         self.seg = Some(Segment {
             tick_hz: f64::from(info.tick_hz.max(1)),
             anchor_tick: mid_tick,
             anchor_s: self.host_s(host_mid),
             cal,
             next_index: None,
-            frames_lost: 0,
         });
         let t = self.host_s(host_mid);
         if let Some(file) = &mut self.file {

@@ -2,6 +2,8 @@
 //! ([`capture`]) into a [`recording`], and importing other instruments' traces
 //! ([`import`]).
 pub mod capture;
+pub mod export;
 pub mod import;
+pub mod plot;
 pub mod recording;
 pub mod transport;

@@ -26,6 +26,8 @@ enum Command {
     Export(cmd::export::Args),
     /// Power per rail and in total against time, as SVG or PNG.
     Plot(cmd::plot::Args),
+    /// Another instrument's traces as a recording.
+    Import(cmd::import::Args),
     /// The digital twin of the bench.
     Twin(cmd::twin::Args),
 }
@@ -39,6 +41,7 @@ fn main() {
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Export(args) => cmd::export::run(args),
         Command::Plot(args) => cmd::plot::run(args),
+        Command::Import(args) => cmd::import::run(args),
         Command::Twin(args) => cmd::twin::run(args),
     };
     if let Err(e) = result {

@@ -22,8 +22,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow_array::builder::{
-    ArrayBuilder, BooleanBuilder, Float32Builder, Float64Builder, Int16Builder, Int64Builder, Int8Builder,
-    StringBuilder, UInt64Builder, UInt8Builder,
+    ArrayBuilder, BooleanBuilder, Float32Builder, Float64Builder, Int16Builder, Int64Builder,
+    Int8Builder, StringBuilder, UInt64Builder, UInt8Builder,
 };
 use arrow_array::{
     Array, ArrayRef, DictionaryArray, Float32Array, Float64Array, Int8Array, RecordBatch,
@@ -444,7 +444,8 @@ impl Writer {
         let options = IpcWriteOptions::default()
             .try_with_compression(Some(CompressionType::LZ4_FRAME))
             .map_err(arrow)?;
-        let ipc = StreamWriter::try_new_with_options(Vec::new(), &schema, options).map_err(arrow)?;
+        let ipc =
+            StreamWriter::try_new_with_options(Vec::new(), &schema, options).map_err(arrow)?;
         let names: StringArray = Kind::ALL.iter().map(|k| Some(k.name())).collect();
         let mut w = Writer {
             path: path.to_path_buf(),
@@ -681,9 +682,8 @@ pub fn read(path: &Path) -> Result<Recording, RecordingError> {
         }));
     }
     let finalised = bytes.ends_with(&END_OF_STREAM);
-    let reader = StreamReader::try_new(std::io::Cursor::new(&bytes[..]), None).map_err(|e| {
-        foreign(&format!("not a readable Arrow IPC stream header: {e}"))
-    })?;
+    let reader = StreamReader::try_new(std::io::Cursor::new(&bytes[..]), None)
+        .map_err(|e| foreign(&format!("not a readable Arrow IPC stream header: {e}")))?;
     let schema = reader.schema();
     let md = schema.metadata();
     if md.get("railtrace.format").map(String::as_str) != Some(FORMAT) {
@@ -708,7 +708,11 @@ pub fn read(path: &Path) -> Result<Recording, RecordingError> {
     let expected = self::schema(&meta);
     let same = |a: &Field, b: &Field| a.name() == b.name() && a.data_type() == b.data_type();
     if expected.fields().len() != schema.fields().len()
-        || !expected.fields().iter().zip(schema.fields()).all(|(a, b)| same(a, b))
+        || !expected
+            .fields()
+            .iter()
+            .zip(schema.fields())
+            .all(|(a, b)| same(a, b))
     {
         return Err(foreign(
             "its columns are not the ones its railtrace metadata describes",
@@ -828,4 +832,27 @@ impl Recording {
         }
         n
     }
+}
+
+/// Civil UTC date and time of ns since the Unix epoch, ISO 8601.
+pub fn iso_utc(ns: i64) -> String {
+    let secs = ns.div_euclid(1_000_000_000);
+    let frac = ns.rem_euclid(1_000_000_000);
+    let (days, s) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{frac:09}Z",
+        s / 3600,
+        s % 3600 / 60,
+        s % 60
+    )
 }

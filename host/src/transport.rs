@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use railtrace_protocol::{
-    CommandResult, DecodeStats, Decoder, FrameEncoder, FrameError, Message, ResultCode, SeqEvent, SeqTracker,
-    MAX_WIRE_FRAME, PROTOCOL_VERSION,
+    CommandResult, DecodeStats, Decoder, FrameEncoder, FrameError, Message, ResultCode, SeqEvent,
+    SeqTracker, MAX_WIRE_FRAME, PROTOCOL_VERSION,
 };
 use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -244,6 +244,16 @@ impl Rig {
         timeout: Duration,
         mut on: impl FnMut(&Message<'_>),
     ) -> Result<bool, TransportError> {
+        self.pump_counted(timeout, |m, _| on(m)).await
+    }
+
+    /// As [`Rig::pump`], handing `on` also the frames lost so far (this connection) as of
+    /// each message.
+    pub async fn pump_counted(
+        &mut self,
+        timeout: Duration,
+        mut on: impl FnMut(&Message<'_>, u64),
+    ) -> Result<bool, TransportError> {
         let n = match tokio::time::timeout(timeout, self.port.read(&mut self.buf)).await {
             Err(_) => return Ok(false),
             Ok(Ok(0)) => return Err(TransportError::Closed(self.path.clone())),
@@ -271,7 +281,7 @@ impl Rig {
                     if let Message::DeviceInfo(i) = &frame.message {
                         self.info = Some(Info::from(i));
                     }
-                    on(&frame.message);
+                    on(&frame.message, self.seq.lost);
                 }
                 Err(FrameError::UnsupportedVersion {
                     found, supported, ..

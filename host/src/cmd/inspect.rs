@@ -107,7 +107,11 @@ fn summarise(r: &recording::Recording) -> Summary {
     }
     let n = counts[0];
     let span = first.zip(last).map(|(a, b)| b - a);
-    let gap_total_s = gaps.iter().map(|g| g.duration_s).filter(|d| d.is_finite()).sum();
+    let gap_total_s = gaps
+        .iter()
+        .map(|g| g.duration_s)
+        .filter(|d| d.is_finite())
+        .sum();
     Summary {
         file: r.path.clone(),
         finalised: r.finalised,
@@ -119,7 +123,9 @@ fn summarise(r: &recording::Recording) -> Summary {
         rows: Kind::ALL.iter().map(|k| k.name()).zip(counts).collect(),
         first_sample_s: first,
         last_sample_s: last,
-        mean_sample_rate_hz: span.filter(|s| *s > 0.0).map(|s| (n.saturating_sub(1)) as f64 / s),
+        mean_sample_rate_hz: span
+            .filter(|s| *s > 0.0)
+            .map(|s| (n.saturating_sub(1)) as f64 / s),
         gaps,
         gap_total_s,
         edges_by_line: edges,
@@ -142,30 +148,6 @@ fn summarise(r: &recording::Recording) -> Summary {
     }
 }
 
-/// UTC date and time of ns since the Unix epoch, e.g. `2026-11-29 09:41:07.123 UTC`.
-pub fn utc(ns: i64) -> String {
-    let secs = ns.div_euclid(1_000_000_000);
-    let ms = ns.rem_euclid(1_000_000_000) / 1_000_000;
-    let days = secs.div_euclid(86_400);
-    let s = secs.rem_euclid(86_400);
-    // Civil from days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{ms:03} UTC",
-        s / 3600,
-        s % 3600 / 60,
-        s % 60
-    )
-}
-
 /// Runs `railtrace inspect`.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let r = recording::read(&args.file)?;
@@ -184,9 +166,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     );
     println!("source    {}", s.source);
-    println!("start     {} (time_s = 0)", utc(s.epoch_utc_ns));
+    println!(
+        "start     {} (time_s = 0)",
+        recording::iso_utc(s.epoch_utc_ns)
+    );
     if let Some(d) = &s.device {
-        let g = |k: &str| d.get(k).map(|v| v.to_string().trim_matches('"').to_string());
+        let g = |k: &str| {
+            d.get(k)
+                .map(|v| v.to_string().trim_matches('"').to_string())
+        };
         println!(
             "device    {} {} firmware {}{}",
             g("board").unwrap_or_default(),
@@ -205,7 +193,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     println!(
         "rails     {}{}",
         r.meta.rails.join(", "),
-        if s.rig { " (rig description in the file)" } else { "" }
+        if s.rig {
+            " (rig description in the file)"
+        } else {
+            ""
+        }
     );
     let rows: Vec<String> = s
         .rows
@@ -224,14 +216,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if s.gaps.is_empty() {
         println!("gaps      none");
     } else {
-        println!("gaps      {} totalling {:.6} s", s.gaps.len(), s.gap_total_s);
+        println!(
+            "gaps      {} totalling {:.6} s",
+            s.gaps.len(),
+            s.gap_total_s
+        );
     }
     for g in s.gaps.iter().take(20) {
         println!(
             "  at {:.6} s for {:.6} s{}: {}",
             g.time_s,
             g.duration_s,
-            g.samples.map_or(String::new(), |n| format!(" ({n} samples)")),
+            g.samples
+                .map_or(String::new(), |n| format!(" ({n} samples)")),
             g.cause
         );
     }
@@ -248,6 +245,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             p.mean_w, p.min_w, p.max_w
         );
     }
-    println!("energy    {:.3} J (total_w over the samples, gaps excluded)", s.energy_j);
+    println!(
+        "energy    {:.3} J (total_w over the samples, gaps excluded)",
+        s.energy_j
+    );
     Ok(())
 }

@@ -2,6 +2,7 @@
 pub mod capture;
 pub mod devices;
 pub mod export;
+pub mod import;
 pub mod info;
 pub mod inspect;
 pub mod plot;

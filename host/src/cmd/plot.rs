@@ -1,8 +1,74 @@
-//! `railtrace plot FILE -o out.svg|png` (being written).
-/// Arguments.
+//! `railtrace plot FILE -o out.svg|png`: power per rail and in total against time.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use railtrace::{plot, recording};
+
+/// Plots a recording: each rail's power and the total against time (min/max band per
+/// pixel column, mean line), gaps shaded, trigger edges marked, the GPU logger's readings
+/// as steps.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// The recording (.arrow).
+    file: PathBuf,
+    /// The picture to write: .svg or .png.
+    #[arg(short, long, value_name = "OUT")]
+    output: PathBuf,
+    /// Start of the window, s (time_s); default: the first sample.
+    #[arg(long, value_name = "S", allow_negative_numbers = true)]
+    from: Option<f64>,
+    /// End of the window, s; default: the last sample.
+    #[arg(long, value_name = "S", allow_negative_numbers = true)]
+    to: Option<f64>,
+    /// Picture width, px (640 to 16384).
+    #[arg(long, value_name = "W", default_value_t = 1600)]
+    width: u32,
+    /// Picture height, px (360 to 16384).
+    #[arg(long, value_name = "H", default_value_t = 900)]
+    height: u32,
+}
+
 /// Runs `railtrace plot`.
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("plot is being written")
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let mut opts = plot::Options {
+        from: args.from,
+        to: args.to,
+        width: args.width,
+        height: args.height,
+        title: String::new(),
+    };
+    // A wrong extension or size fails before a large recording is read.
+    plot::check(&args.output, &opts)?;
+    let started = Instant::now();
+    let rec = recording::read(&args.file)?;
+    let m = &rec.meta;
+    let name = args.file.file_name().unwrap_or_default().to_string_lossy();
+    let mut title = format!("{name} — {}", m.source);
+    if let Some(d) = &m.device {
+        let words: Vec<&str> = ["board", "serial"]
+            .iter()
+            .filter_map(|k| d.get(k)?.as_str())
+            .collect();
+        if !words.is_empty() {
+            title += &format!(" — {}", words.join(" "));
+        }
+    }
+    title += &format!(" — start {}", recording::iso_utc(m.epoch_utc_ns));
+    opts.title = title;
+    let p = plot::render(&rec, &args.output, &opts)?;
+    eprintln!(
+        "wrote {} ({}×{} px): {} samples, {:.6} s to {:.6} s, {} gaps, {} edges, {} logger readings, in {:.2} s",
+        args.output.display(),
+        args.width,
+        args.height,
+        p.samples,
+        p.from,
+        p.to,
+        p.gaps,
+        p.edges,
+        p.logger,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
 }

@@ -1,4 +1,3 @@
-//! Importers of recordings made with other instruments. The readers parse into plain
-//! series here; writing them as railtrace recordings comes with the recording format
-//! (issue 5).
+//! Importers of recordings made with other instruments, written as railtrace
+//! recordings.
 pub mod pmd;

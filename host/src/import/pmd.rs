@@ -247,6 +247,119 @@ pub fn read_run(dir: &Path, utc_offset_h: f64) -> Result<PmdRun, ImportError> {
     Ok(PmdRun { pmd, smi, edges_us })
 }
 
+/// The UTC offset (hours east, in half hours from -12 h to +14 h) at which the most
+/// `nvidia-smi` readings, parsed as if in UTC, fall within the meter's span; None when
+/// none does at any offset.
+pub fn guess_utc_offset_h(pmd: &PmdTrace, smi_as_utc: &[SmiReading]) -> Option<f64> {
+    let (first, last) = (*pmd.time_us.first()?, *pmd.time_us.last()?);
+    (-24..=28)
+        .map(|half_hours| {
+            let h = f64::from(half_hours) / 2.0;
+            let shift = h * 3600e6;
+            let n = smi_as_utc
+                .iter()
+                .filter(|r| (first..=last).contains(&(r.time_us - shift)))
+                .count();
+            (n, h)
+        })
+        .filter(|(n, _)| *n > 0)
+        .max_by_key(|(n, _)| *n)
+        .map(|(_, h)| h)
+}
+
+/// Rail names of the PMD's four pairs (the original analysis calls pairs 1, 2 and 4
+/// PCIe and pair 3 EPS).
+pub const PMD_RAILS: [&str; 4] = ["pair1_pcie", "pair2_pcie", "pair3_eps", "pair4_pcie"];
+
+/// Writes a run as a railtrace recording: the meter's records as samples of four rails,
+/// `nvidia-smi`'s readings as logger rows, the load's edges as edge rows (rising or
+/// falling as the meter's power steps up or down across them), and gaps where the meter's
+/// records stop for more than ten record periods. Returns the rows written.
+pub fn write_recording(
+    run: &PmdRun,
+    source: &str,
+    settings: serde_json::Value,
+    out: &Path,
+) -> Result<u64, crate::recording::RecordingError> {
+    use crate::recording::{Event, Meta, Writer, FORMAT_VERSION};
+    let t = &run.pmd.time_us;
+    let epoch_us = t.first().copied().unwrap_or(0.0);
+    let s = |us: f64| (us - epoch_us) * 1e-6;
+    let meta = Meta {
+        version: FORMAT_VERSION,
+        source: source.to_string(),
+        epoch_utc_ns: (epoch_us * 1e3).round() as i64,
+        timebase: "the host's clock of the paired-trace bench: the meter's ticks from PMD_start_ts.txt, nvidia-smi's local time shifted to UTC".into(),
+        rails: PMD_RAILS.iter().map(|r| r.to_string()).collect(),
+        code_channels: Vec::new(),
+        device: Some(serde_json::json!({"board": "ElmorLabs PMD", "serial": "", "firmware": ""})),
+        rig: None,
+        settings: Some(settings),
+    };
+    let mut w = Writer::create(out, &meta)?;
+    let mut spacing: Vec<f64> = t.windows(2).map(|w| w[1] - w[0]).collect();
+    spacing.sort_by(f64::total_cmp);
+    let median = spacing
+        .get(spacing.len() / 2)
+        .copied()
+        .unwrap_or(f64::INFINITY);
+    // The meter's mean power just before and after an instant, to tell an edge's sense.
+    let mean_power = |from: f64, to: f64| {
+        let (a, b) = (
+            t.partition_point(|&x| x < from),
+            t.partition_point(|&x| x < to),
+        );
+        (a..b).map(|i| run.pmd.power_w(i)).sum::<f64>() / (b - a).max(1) as f64
+    };
+    let mut edges = run.edges_us.iter().peekable();
+    let mut smi = run.smi.iter().peekable();
+    for (i, (&us, pairs)) in t.iter().zip(&run.pmd.pairs).enumerate() {
+        while let Some(&&e) = edges.peek().filter(|&&&e| e <= us) {
+            edges.next();
+            let rising = mean_power(e, e + 20e3) > mean_power(e - 20e3, e);
+            w.event(&Event::Edge {
+                time_s: s(e),
+                tick: None,
+                index: None,
+                line: 0,
+                rising,
+                count: None,
+                label: "load edge (timestamps.csv)".into(),
+            });
+        }
+        while let Some(r) = smi.next_if(|r| r.time_us <= us) {
+            w.event(&Event::Logger {
+                time_s: s(r.time_us),
+                power_w: r.power_draw_w,
+                instant_w: r.power_instant_w,
+            });
+        }
+        if let Some(&prev) = i.checked_sub(1).and_then(|p| t.get(p)) {
+            if us - prev > 10.0 * median {
+                w.event(&Event::Gap {
+                    time_s: s(prev + median),
+                    index: Some(i as u64),
+                    samples: None,
+                    duration_s: (us - prev - median) * 1e-6,
+                    cause: format!("meter: no records for {:.1} ms", (us - prev) * 1e-3),
+                });
+            }
+        }
+        let rails: Vec<(f32, f32)> = pairs.iter().map(|&(v, a)| (v as f32, a as f32)).collect();
+        w.sample(s(us), Some(i as u64), None, &rails, &[]);
+        w.maybe_flush()?;
+    }
+    // Readings after the meter's last record are kept too (their times tell).
+    for r in smi {
+        w.event(&Event::Logger {
+            time_s: s(r.time_us),
+            power_w: r.power_draw_w,
+            instant_w: r.power_instant_w,
+        });
+    }
+    w.finish()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,89 @@
+//! `railtrace import pmd DIR`: another instrument's traces as a railtrace recording.
+
+use std::path::PathBuf;
+
+use railtrace::import::pmd;
+
+/// Imports traces recorded with other instruments.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    what: What,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum What {
+    /// A paired-trace run folder (ElmorLabs PMD meter beside nvidia-smi), as in
+    /// shared/data/gpu-power-benchmark: PMD_data.bin, PMD_start_ts.txt, gpudata.csv,
+    /// timestamps.csv.
+    Pmd {
+        /// The run folder.
+        dir: PathBuf,
+        /// The recording to write; `<folder name>.arrow` when not given.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+        /// Hours east of UTC of gpudata.csv's local times (+1 for the published A100
+        /// runs); guessed from where nvidia-smi's readings overlap the meter's when not
+        /// given.
+        #[arg(long, allow_hyphen_values = true)]
+        utc_offset: Option<f64>,
+    },
+}
+
+/// Runs `railtrace import`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let What::Pmd {
+        dir,
+        output,
+        utc_offset,
+    } = args.what;
+    anyhow::ensure!(dir.is_dir(), "{}: no such folder", dir.display());
+    let mut run = pmd::read_run(&dir, 0.0)?;
+    anyhow::ensure!(
+        !run.pmd.time_us.is_empty(),
+        "{}: PMD_data.bin holds no records",
+        dir.display()
+    );
+    let (offset, how) = match utc_offset {
+        Some(h) => (h, "given"),
+        None => (
+            pmd::guess_utc_offset_h(&run.pmd, &run.smi).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{}: gpudata.csv's readings overlap the meter's span at no UTC offset; is it from this run?",
+                    dir.display()
+                )
+            })?,
+            "guessed from the overlap of nvidia-smi's readings with the meter's",
+        ),
+    };
+    for r in &mut run.smi {
+        r.time_us -= offset * 3600e6;
+    }
+    let name = dir
+        .canonicalize()
+        .ok()
+        .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "import".into());
+    let output = output.unwrap_or_else(|| PathBuf::from(format!("{name}.arrow")));
+    let settings = serde_json::json!({
+        "meter": "ElmorLabs PMD, 4 (voltage, current) pairs",
+        "gpu_logger": "nvidia-smi power.draw (logger_w) and power.draw.instant (logger_instant_w)",
+        "utc_offset_h": offset,
+        "utc_offset": how,
+    });
+    let rows = pmd::write_recording(
+        &run,
+        &format!("import pmd {}", dir.display()),
+        settings,
+        &output,
+    )?;
+    eprintln!(
+        "railtrace import: {} meter records, {} nvidia-smi readings (UTC{:+} h, {how}), {} load edges: {rows} rows in {}",
+        run.pmd.time_us.len(),
+        run.smi.len(),
+        offset,
+        run.edges_us.len(),
+        output.display()
+    );
+    Ok(())
+}
