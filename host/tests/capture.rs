@@ -1,0 +1,480 @@
+//! Capture over the twin's pseudo-terminal, as a lab uses it: a minute with nothing lost,
+//! damage counted exactly, a link outage and a device reset each one marked gap, a killed
+//! capture leaving a readable file, and wrong input refused in one line.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use railtrace::capture::{capture, Config, Counters, Summary};
+use railtrace::recording::{self, Kind, Recording, Rows};
+
+/// The twin runs in real time on two threads: one test at a time.
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("railtrace-capture-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The default scenario with these `[faults]`.
+fn twin(faults: &str) -> railtrace_twin::Twin {
+    let text = railtrace_twin::scenario::DEFAULT_SCENARIO
+        .replace("[faults]\n", &format!("[faults]\n{faults}\n"));
+    let loaded = railtrace_twin::scenario::parse("faults.toml", &text, |_| {
+        Ok(("rig".into(), railtrace_twin::scenario::DEFAULT_RIG.into()))
+    })
+    .expect("a valid scenario");
+    railtrace_twin::Twin::start(&loaded).unwrap()
+}
+
+fn config(port: &Path, output: PathBuf, seconds: f64) -> Config {
+    Config {
+        port: port.to_path_buf(),
+        output,
+        rig: None,
+        rate_hz: None,
+        channels: None,
+        averaging: 1,
+        duration: Some(Duration::from_secs_f64(seconds)),
+        reconnect_wait: Duration::from_secs(10),
+    }
+}
+
+fn run(config: &Config) -> (Summary, Arc<Counters>) {
+    let counters = Arc::new(Counters::default());
+    let summary = capture(config, &AtomicBool::new(false), &counters, |_| {}).unwrap();
+    (summary, counters)
+}
+
+/// What a recording's rows say.
+#[derive(Debug, Default)]
+struct Seen {
+    samples: u64,
+    /// Sample-index breaks not covered by a gap row of exactly that many samples.
+    unexplained: u64,
+    gaps: Vec<(Option<u64>, String)>,
+    infos: u64,
+    /// `samples_acquired` of the last status (Stop's).
+    acquired: Option<u64>,
+    last_time_s: f64,
+}
+
+fn seen(r: &Recording) -> Seen {
+    let mut s = Seen::default();
+    let mut next: Option<u64> = None;
+    let mut pending_gap: Option<Option<u64>> = None;
+    for rows in r.rows() {
+        let index = rows.u64("index");
+        let time = rows.f64("time_s");
+        for i in 0..rows.len() {
+            match rows.kind(i) {
+                Kind::Sample => {
+                    let x = index.value(i);
+                    let gap = pending_gap.take();
+                    match (next, gap) {
+                        (Some(n), Some(Some(k))) if x == n + k => {}
+                        // A restart: numbering begins again after a gap of unknown size.
+                        (_, Some(None)) if x == 0 => {}
+                        (Some(n), _) if x != n => s.unexplained += 1,
+                        _ => {}
+                    }
+                    next = Some(x + 1);
+                    s.samples += 1;
+                    s.last_time_s = time.value(i);
+                }
+                Kind::Gap => {
+                    let n = Rows::get(rows.u64("count"), i);
+                    s.gaps.push((n, rows.text().value(i).to_string()));
+                    pending_gap = Some(n);
+                }
+                Kind::Info => s.infos += 1,
+                Kind::Status => {
+                    let v: serde_json::Value = serde_json::from_str(rows.text().value(i)).unwrap();
+                    s.acquired = v["samples_acquired"].as_u64();
+                }
+                _ => {}
+            }
+        }
+    }
+    s
+}
+
+#[test]
+fn a_minute_at_the_default_rate_loses_nothing() {
+    let _g = one_at_a_time();
+    let twin = twin("");
+    let out = scratch("minute").join("minute.arrow");
+    let (summary, _) = run(&config(twin.path(), out.clone(), 60.0));
+    twin.stop().unwrap();
+    let p = &summary.progress;
+    assert_eq!(
+        (
+            p.frames_lost,
+            p.bytes_rejected,
+            p.device_drops,
+            p.host_drops,
+            p.gaps
+        ),
+        (0, 0, 0, 0, 0),
+        "{p:?}"
+    );
+    let r = recording::read(&out).unwrap();
+    assert!(r.finalised);
+    let s = seen(&r);
+    // The device's own count at Stop: every sample it took is in the file, in order.
+    assert_eq!(Some(s.samples), s.acquired, "{s:?}");
+    assert_eq!((s.unexplained, s.gaps.len()), (0, 0));
+    assert_eq!(s.samples, p.samples);
+    // The default rate is the device's highest, 100 kS/s: a minute of it (start and stop
+    // take well under a second).
+    assert!(s.samples > 59 * 100_000, "{}", s.samples);
+    std::fs::remove_file(&out).unwrap();
+}
+
+#[test]
+fn losses_counted_equal_the_frames_the_twin_damaged() {
+    let _g = one_at_a_time();
+    let twin = twin(
+        "corrupt_frame_probability = 0.02\ndrop_byte_probability = 0.02\ndamage_until_s = 1.5",
+    );
+    let out = scratch("damage").join("damage.arrow");
+    let (summary, _) = run(&config(twin.path(), out.clone(), 2.5));
+    let stats = twin.stats();
+    let damaged = stats
+        .frames_corrupted
+        .load(std::sync::atomic::Ordering::Relaxed)
+        + stats
+            .frames_truncated
+            .load(std::sync::atomic::Ordering::Relaxed);
+    twin.stop().unwrap();
+    let p = &summary.progress;
+    assert!(damaged > 30, "the twin damaged {damaged} frames");
+    assert_eq!(p.frames_lost, damaged, "{p:?}");
+    assert!(p.bytes_rejected > 0);
+    let r = recording::read(&out).unwrap();
+    let s = seen(&r);
+    // Every lost block is a gap row of exactly its samples, caused by the link; the rest
+    // of the lost frames were status or answers, which carry no samples.
+    assert_eq!(s.unexplained, 0, "{s:?}");
+    assert!(!s.gaps.is_empty() && s.gaps.len() as u64 <= damaged);
+    assert!(
+        s.gaps
+            .iter()
+            .all(|(n, why)| n.is_some() && why.starts_with("link: ")),
+        "{:?}",
+        s.gaps
+    );
+    let missing: u64 = s.gaps.iter().filter_map(|g| g.0).sum();
+    assert_eq!(Some(s.samples + missing), s.acquired);
+}
+
+#[test]
+fn a_link_outage_is_one_marked_gap_of_exactly_the_missing_samples() {
+    let _g = one_at_a_time();
+    let twin = twin("disconnect_after_s = 1.0\ndisconnected_s = 0.5");
+    let out = scratch("outage").join("outage.arrow");
+    let (summary, _) = run(&config(twin.path(), out.clone(), 3.0));
+    twin.stop().unwrap();
+    assert_eq!(summary.progress.reconnects, 1);
+    let s = seen(&recording::read(&out).unwrap());
+    assert_eq!(s.gaps.len(), 1, "{:?}", s.gaps);
+    let (n, why) = &s.gaps[0];
+    assert!(
+        why.starts_with("disconnected: ") && why.contains("went away"),
+        "{why}"
+    );
+    // The device ran on through the outage: the gap is its samples, counted exactly, about
+    // half a second of 100 kS/s.
+    let n = n.expect("a counted gap");
+    assert!((40_000..70_000).contains(&n), "{n}");
+    assert_eq!(s.unexplained, 0);
+    assert_eq!(Some(s.samples + n), s.acquired);
+}
+
+#[test]
+fn a_device_reset_is_one_marked_gap_then_a_new_run() {
+    let _g = one_at_a_time();
+    let twin = twin("reset_after_s = 1.0");
+    let out = scratch("reset").join("reset.arrow");
+    let (summary, _) = run(&config(twin.path(), out.clone(), 3.0));
+    twin.stop().unwrap();
+    assert_eq!(summary.progress.reconnects, 1);
+    let r = recording::read(&out).unwrap();
+    let s = seen(&r);
+    assert_eq!(s.gaps.len(), 1, "{:?}", s.gaps);
+    assert!(s.gaps[0].1.contains("reset"), "{:?}", s.gaps);
+    assert_eq!(s.infos, 2, "the device's info at each start");
+    assert_eq!(s.unexplained, 0);
+    // Samples on both sides, on one time axis that goes on increasing.
+    assert!(s.last_time_s > 2.0, "{}", s.last_time_s);
+    let mut last = f64::NEG_INFINITY;
+    for rows in r.rows() {
+        for i in 0..rows.len() {
+            if rows.kind(i) == Kind::Sample {
+                let t = rows.f64("time_s").value(i);
+                assert!(t > last, "time goes forward: {t} after {last}");
+                last = t;
+            }
+        }
+    }
+}
+
+fn railtrace(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_railtrace"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64
+}
+
+/// pyarrow's count of sample rows, or None where pyarrow is missing (CI sets
+/// RAILTRACE_REQUIRE_PYARROW so that it must be there).
+fn pyarrow_samples(file: &Path) -> Option<u64> {
+    let script = "import sys, pyarrow.ipc as ipc\n\
+                  t = ipc.open_stream(sys.argv[1]).read_all()\n\
+                  print(sum(1 for k in t.column('kind').to_pylist() if k == 'sample'))";
+    let o = Command::new("python3")
+        .args(["-c", script])
+        .arg(file)
+        .output();
+    match o {
+        Ok(o) if o.status.success() => {
+            Some(String::from_utf8_lossy(&o.stdout).trim().parse().unwrap())
+        }
+        o => {
+            let why = format!("{o:?}");
+            assert!(
+                std::env::var_os("RAILTRACE_REQUIRE_PYARROW").is_none()
+                    || !why.contains("No module named"),
+                "pyarrow is required here: {why}"
+            );
+            assert!(
+                why.contains("No module named") || why.contains("NotFound"),
+                "pyarrow failed on the file: {why}"
+            );
+            eprintln!("SKIPPED the pyarrow check: {why}");
+            None
+        }
+    }
+}
+
+#[test]
+fn a_killed_capture_leaves_a_file_pyarrow_opens_with_all_but_the_last_second() {
+    let _g = one_at_a_time();
+    let twin = twin("");
+    let out = scratch("kill").join("killed.arrow");
+    let port = twin.path().to_str().unwrap().to_string();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_railtrace"))
+        .args([
+            "capture",
+            "--port",
+            &port,
+            "--json",
+            "-o",
+            out.to_str().unwrap(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !out.exists() && started.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(2700));
+    let killed_ns = now_ns();
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    twin.stop().unwrap();
+    let r = recording::read(&out).unwrap();
+    assert!(!r.finalised, "no end marker: the writer never closed it");
+    let s = seen(&r);
+    let last_ns = r.meta.epoch_utc_ns + (s.last_time_s * 1e9) as i64;
+    let lag_s = (killed_ns - last_ns) as f64 * 1e-9;
+    assert!(
+        (0.0..=1.0).contains(&lag_s),
+        "the file ends {lag_s} s before the kill"
+    );
+    assert!(s.samples > 100_000 && s.unexplained == 0, "{s:?}");
+    if let Some(n) = pyarrow_samples(&out) {
+        assert_eq!(n, s.samples, "pyarrow reads every row railtrace reads");
+    }
+}
+
+#[test]
+fn ctrl_c_stops_cleanly_and_closes_the_file() {
+    let _g = one_at_a_time();
+    let twin = twin("");
+    let out = scratch("int").join("interrupted.arrow");
+    let port = twin.path().to_str().unwrap().to_string();
+    let child = Command::new(env!("CARGO_BIN_EXE_railtrace"))
+        .args([
+            "capture",
+            "--port",
+            &port,
+            "--json",
+            "-o",
+            out.to_str().unwrap(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let o = child.wait_with_output().unwrap();
+    twin.stop().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let r = recording::read(&out).unwrap();
+    assert!(r.finalised);
+    let s = seen(&r);
+    assert_eq!(Some(s.samples), s.acquired, "everything the device took");
+    assert_eq!(summary["progress"]["samples"].as_u64(), Some(s.samples));
+}
+
+/// Exit status non-zero, one line on stderr, containing `words`, no panic.
+fn refused(o: &Output, words: &str) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(err.contains(words), "{err:?} should say {words:?}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn bad_input_is_refused_in_one_line() {
+    let _g = one_at_a_time();
+    let dir = scratch("bad");
+    let out = dir.join("x.arrow");
+    let o = out.to_str().unwrap();
+    // A port that does not exist: no file is left behind.
+    refused(
+        &railtrace(&["capture", "--port", "/dev/railtrace-nonexistent", "-o", o]),
+        "/dev/railtrace-nonexistent: no such serial port",
+    );
+    assert!(!out.exists());
+    refused(
+        &railtrace(&["capture", "--port", "/dev/null", "-o", o]),
+        "/dev/null: not a serial port",
+    );
+    // A busy port.
+    let twin = twin("");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let entered = rt.enter();
+    let held = railtrace::transport::Rig::open(twin.path()).unwrap();
+    refused(
+        &railtrace(&["capture", "--port", twin.path().to_str().unwrap(), "-o", o]),
+        "the port is busy",
+    );
+    drop(held);
+    drop(entered);
+    // A rate the device does not offer.
+    refused(
+        &railtrace(&[
+            "capture",
+            "--port",
+            twin.path().to_str().unwrap(),
+            "--rate",
+            "12345",
+            "-o",
+            o,
+        ]),
+        "not 12345 Hz",
+    );
+    twin.stop().unwrap();
+    // A device that speaks another protocol version.
+    let pty = railtrace_twin::pty::Pty::open().unwrap();
+    let path = pty.path().to_str().unwrap().to_string();
+    let peer = std::thread::spawn(move || {
+        let mut pty = pty;
+        let mut raw = vec![2u8, 0x01, 0, 0, 0, 0, 1, 2, 3];
+        raw.extend(railtrace_protocol::crc32c(&raw).to_le_bytes());
+        let mut wire = vec![0u8; 32];
+        let n = railtrace_protocol::cobs::encode(&raw, &mut wire).unwrap();
+        wire.truncate(n);
+        wire.push(0);
+        let mut buf = [0u8; 64];
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if embedded_io::Read::read(&mut pty, &mut buf).unwrap_or(0) > 0 {
+                embedded_io::Write::write_all(&mut pty, &wire).unwrap();
+                std::thread::sleep(Duration::from_millis(500));
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    });
+    refused(
+        &railtrace(&["capture", "--port", &path, "-o", o]),
+        "the device speaks protocol version 2; this railtrace speaks version 1",
+    );
+    peer.join().unwrap();
+    // Files that are not recordings, or are cut short.
+    let foreign = dir.join("foreign.arrow");
+    std::fs::write(&foreign, b"time,power\n0,1\n").unwrap();
+    let good = dir.join("good.arrow");
+    {
+        let meta = recording::Meta {
+            version: recording::FORMAT_VERSION,
+            source: "test".into(),
+            epoch_utc_ns: 0,
+            timebase: String::new(),
+            rails: vec!["r".into()],
+            code_channels: vec![],
+            device: None,
+            rig: None,
+            settings: None,
+        };
+        let mut w = recording::Writer::create(&good, &meta).unwrap();
+        for i in 0..1000 {
+            w.sample(i as f64 * 1e-3, Some(i), None, &[(12.0, 1.0)], &[]);
+        }
+        w.finish().unwrap();
+    }
+    let bytes = std::fs::read(&good).unwrap();
+    let truncated = dir.join("truncated.arrow");
+    std::fs::write(&truncated, &bytes[..bytes.len() - 100]).unwrap();
+    for cmd in [
+        &["inspect"][..],
+        &["export", "--format", "csv"],
+        &["plot", "-o", dir.join("p.svg").to_str().unwrap()],
+    ] {
+        let mut args = cmd.to_vec();
+        let f = foreign.to_str().unwrap();
+        args.insert(1, f);
+        refused(
+            &railtrace(&args),
+            "not a railtrace recording (not an Arrow IPC stream)",
+        );
+        let t = truncated.to_str().unwrap();
+        args[1] = t;
+        refused(&railtrace(&args), "truncated or damaged after 0 rows");
+        let missing = dir.join("missing.arrow");
+        args[1] = missing.to_str().unwrap();
+        refused(
+            &railtrace(&args),
+            "missing.arrow: No such file or directory",
+        );
+    }
+}
