@@ -866,29 +866,62 @@ fn status_json(s: &Status) -> String {
     .to_string()
 }
 
+/// Decodes a stored wire stream (the bytes a rig sent: its DeviceInfo, then sample
+/// blocks, edges, status) into `config.output`, through the same conversion, gap
+/// accounting and writer as a live capture, with the device's tick 0 anchored at the
+/// host's present time. Returns the counters at the end and the rows written.
+pub fn replay(stream: &[u8], config: &Config) -> Result<(Progress, u64), CaptureError> {
+    let started = Instant::now();
+    let counters = Counters::default();
+    let mut w = Writing::new(config, &counters);
+    let mut decoder: railtrace_protocol::Decoder = railtrace_protocol::Decoder::new();
+    let mut seq = railtrace_protocol::SeqTracker::new();
+    let mut input = stream;
+    while let Some(frame) = decoder.next(&mut input) {
+        let Ok(frame) = frame else { continue }; // counted in the decoder's stats
+        seq.observe(frame.seq);
+        let record = match &frame.message {
+            Message::DeviceInfo(i) => {
+                let info = Info::from(i);
+                let now = now_ns();
+                Record::Segment {
+                    mask: info.channels.iter().fold(0, |m, c| m | 1 << c.index),
+                    rate_hz: config.rate_hz.unwrap_or(0),
+                    averaging: config.averaging,
+                    info,
+                    anchor: Sync {
+                        host_send_ns: now,
+                        host_recv_ns: now,
+                        rx_tick: 0,
+                        tx_tick: 0,
+                    },
+                }
+            }
+            m => match owned(m, seq.lost, 0) {
+                Some(r) => r,
+                None => continue,
+            },
+        };
+        w.record(record)?;
+    }
+    counters.frames_lost.store(seq.lost, Ordering::Relaxed);
+    counters
+        .bytes_rejected
+        .store(decoder.stats().bytes_rejected, Ordering::Relaxed);
+    let rows = match w.file {
+        Some(f) => f.finish()?,
+        None => 0,
+    };
+    Ok((counters.progress(started.elapsed()), rows))
+}
+
 /// The writer thread: records to rows until [`Record::End`].
 fn write_loop(
     config: &Config,
     mut rx: ringbuf::HeapCons<Record>,
     counters: &Counters,
 ) -> Result<u64, RecordingError> {
-    let mut w = Writing {
-        config,
-        counters,
-        file: None,
-        rails: Vec::new(),
-        code_channels: Vec::new(),
-        epoch_ns: 0,
-        seg: None,
-        lost: None,
-        reconnect_gap: None,
-        resumed: false,
-        frames_lost: 0,
-        last_sample_s: None,
-        host_drops: 0,
-        period_s: 0.0,
-        samples: 0,
-    };
+    let mut w = Writing::new(config, counters);
     loop {
         let Some(r) = rx.try_pop() else {
             if let Some(f) = &mut w.file {
@@ -936,7 +969,27 @@ struct Writing<'a> {
     samples: u64,
 }
 
-impl Writing<'_> {
+impl<'a> Writing<'a> {
+    fn new(config: &'a Config, counters: &'a Counters) -> Writing<'a> {
+        Writing {
+            config,
+            counters,
+            file: None,
+            rails: Vec::new(),
+            code_channels: Vec::new(),
+            epoch_ns: 0,
+            seg: None,
+            lost: None,
+            reconnect_gap: None,
+            resumed: false,
+            frames_lost: 0,
+            last_sample_s: None,
+            host_drops: 0,
+            period_s: 0.0,
+            samples: 0,
+        }
+    }
+
     fn record(&mut self, r: Record) -> Result<(), RecordingError> {
         match r {
             Record::Segment {
@@ -1077,6 +1130,23 @@ impl Writing<'_> {
                 let (Some(seg), Some(file)) = (&self.seg, &mut self.file) else {
                     return Ok(());
                 };
+                // Stopped: samples the device took after its last block and dropped are
+                // a gap at the end.
+                let next = seg.next_index.unwrap_or(0);
+                if s.state == railtrace_protocol::RunState::Idle && s.samples_acquired > next {
+                    let missing = s.samples_acquired - next;
+                    let start = self
+                        .last_sample_s
+                        .map_or(seg.anchor_s, |t| t + self.period_s);
+                    file.event(&Event::Gap {
+                        time_s: start,
+                        index: Some(next),
+                        samples: Some(missing),
+                        duration_s: missing as f64 * self.period_s,
+                        cause: "device: samples taken after the last block received, dropped on the device or lost on the link (see its status)".into(),
+                    });
+                    self.counters.gaps.fetch_add(1, Ordering::Relaxed);
+                }
                 file.event(&Event::Text {
                     kind: Kind::Status,
                     time_s: seg.time_s(s.uptime_ticks),

@@ -18,7 +18,7 @@ use parquet::basic::Compression;
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 
-use crate::recording::{Kind, Recording, Rows};
+use crate::recording::{Kind, RecordingError, Rows, Source};
 
 /// What to write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +85,9 @@ pub struct Exported {
 /// Why an export failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
+    /// The recording could not be read to its end (the output is not written).
+    #[error(transparent)]
+    Read(#[from] RecordingError),
     /// The output is the recording itself.
     #[error("{path}: is the recording being exported; choose another output (-o)")]
     SameAsInput {
@@ -120,10 +123,12 @@ fn same_file(a: &Path, b: &Path) -> bool {
 }
 
 /// Writes `rec` to `out` (through `out.partial`, renamed at the end; `out` is replaced
-/// if it exists, unless it is the recording itself).
-pub fn export(rec: &Recording, out: &Path, opts: &Options) -> Result<Exported, ExportError> {
+/// if it exists, unless it is the recording itself). The recording is read a record batch
+/// at a time: a file opened with [`crate::recording::open`] is exported in bounded
+/// memory, however long it is.
+pub fn export(rec: &impl Source, out: &Path, opts: &Options) -> Result<Exported, ExportError> {
     let partial = partial_path(out);
-    if same_file(out, &rec.path) || same_file(&partial, &rec.path) {
+    if same_file(out, rec.path()) || same_file(&partial, rec.path()) {
         return Err(ExportError::SameAsInput {
             path: out.to_path_buf(),
         });
@@ -148,7 +153,10 @@ pub fn export(rec: &Recording, out: &Path, opts: &Options) -> Result<Exported, E
         Ok(w) => w,
         Err(e) => {
             let _ = std::fs::remove_file(&partial);
-            return Err(fail(e));
+            return Err(match e.downcast::<RecordingError>() {
+                Ok(e) => ExportError::Read(*e),
+                Err(e) => fail(e),
+            });
         }
     };
     let bytes = std::fs::metadata(out).map_err(|e| fail(e.into()))?.len();
@@ -163,12 +171,13 @@ pub fn export(rec: &Recording, out: &Path, opts: &Options) -> Result<Exported, E
 /// Calls `f` with every run of consecutive rows whose kind is in `kinds` (whole batches
 /// when `kinds` is empty); returns the number of rows.
 fn runs(
-    rec: &Recording,
+    rec: &impl Source,
     kinds: &[Kind],
     mut f: impl FnMut(&RecordBatch) -> Result<(), BoxError>,
 ) -> Result<u64, BoxError> {
     let mut rows = 0u64;
-    for batch in &rec.batches {
+    for batch in rec.batches(None)? {
+        let batch = &batch?;
         if kinds.is_empty() {
             f(batch)?;
             rows += batch.num_rows() as u64;
@@ -194,13 +203,13 @@ fn runs(
 
 type Written = (u64, u64, File);
 
-fn write_parquet(rec: &Recording, kinds: &[Kind], file: File) -> Result<Written, BoxError> {
+fn write_parquet(rec: &impl Source, kinds: &[Kind], file: File) -> Result<Written, BoxError> {
     // The Arrow schema (with the per-field `unit` metadata and the schema's `railtrace`
     // key) travels in the file as `ARROW:schema`; the schema's keys are repeated as plain
     // Parquet key-value metadata for readers that do not decode that.
-    let mut md = rec.schema.metadata().clone();
+    let mut md = rec.schema().metadata().clone();
     md.insert("railtrace.export".to_string(), export_note(rec, kinds));
-    let schema = Arc::new(rec.schema.as_ref().clone().with_metadata(md));
+    let schema = Arc::new(rec.schema().as_ref().clone().with_metadata(md));
     let mut kv: Vec<KeyValue> = schema
         .metadata()
         .iter()
@@ -218,7 +227,7 @@ fn write_parquet(rec: &Recording, kinds: &[Kind], file: File) -> Result<Written,
 }
 
 /// JSON saying where the export came from and which kinds of rows it holds.
-fn export_note(rec: &Recording, kinds: &[Kind]) -> String {
+fn export_note(rec: &impl Source, kinds: &[Kind]) -> String {
     let all = kinds.is_empty();
     let names: Vec<&str> = Kind::ALL
         .iter()
@@ -226,18 +235,18 @@ fn export_note(rec: &Recording, kinds: &[Kind]) -> String {
         .map(|k| k.name())
         .collect();
     serde_json::json!({
-        "recording": rec.path.display().to_string(),
+        "recording": rec.path().display().to_string(),
         "kinds": names,
     })
     .to_string()
 }
 
-fn write_csv(rec: &Recording, kinds: &[Kind], file: File) -> Result<Written, BoxError> {
+fn write_csv(rec: &impl Source, kinds: &[Kind], file: File) -> Result<Written, BoxError> {
     let mut w = arrow_csv::WriterBuilder::new()
         .with_header(true)
         .build(BufWriter::new(file));
     // The header, even when no row is written.
-    w.write(&RecordBatch::new_empty(rec.schema.clone()))?;
+    w.write(&RecordBatch::new_empty(rec.schema().clone()))?;
     let rows = runs(rec, kinds, |b| Ok(w.write(b)?))?;
     let file = w.into_inner().into_inner().map_err(|e| e.into_error())?;
     Ok((rows, 0, file))
@@ -371,8 +380,21 @@ fn line_name(line: u8) -> String {
     }
 }
 
-fn write_perfetto(rec: &Recording, opts: &Options, file: File) -> Result<Written, BoxError> {
-    let meta = &rec.meta;
+/// The columns the Perfetto trace is made of (the rails' watts are added).
+const PERFETTO_COLUMNS: [&str; 9] = [
+    "time_s",
+    "total_w",
+    "text",
+    "line",
+    "rising",
+    "duration_s",
+    "count",
+    "logger_w",
+    "logger_instant_w",
+];
+
+fn write_perfetto(rec: &impl Source, opts: &Options, file: File) -> Result<Written, BoxError> {
+    let meta = rec.meta();
     let absolute = opts.absolute_time;
     let mut t = Trace {
         w: BufWriter::new(file),
@@ -382,7 +404,7 @@ fn write_perfetto(rec: &Recording, opts: &Options, file: File) -> Result<Written
     };
     let other = serde_json::json!({
         "source": "railtrace export",
-        "recording": rec.path.display().to_string(),
+        "recording": rec.path().display().to_string(),
         "recording_source": meta.source,
         "epoch_utc": crate::recording::iso_utc(meta.epoch_utc_ns),
         "epoch_utc_ns": meta.epoch_utc_ns.to_string(),
@@ -419,7 +441,13 @@ fn write_perfetto(rec: &Recording, opts: &Options, file: File) -> Result<Written
     let mut open: BTreeMap<u8, (f64, String)> = BTreeMap::new();
     let mut last_s = f64::NEG_INFINITY;
     let mut rows = 0u64;
-    for r in rec.rows() {
+    let wanted: Vec<&str> = PERFETTO_COLUMNS
+        .into_iter()
+        .chain(columns.iter().map(String::as_str))
+        .collect();
+    for batch in rec.batches(Some(&wanted))? {
+        let batch = batch?;
+        let r = Rows::new(&batch);
         rows += r.len() as u64;
         let time = r.f64("time_s");
         let cols: Vec<_> = columns.iter().map(|c| r.f32(c)).collect();

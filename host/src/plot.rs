@@ -15,7 +15,7 @@ use arrow_array::Array;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::recording::{Kind, Recording, Rows};
+use crate::recording::{Kind, Rows, Source};
 
 /// The embedded font (DejaVu Sans, licence in `host/assets`): no system font library needed.
 static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
@@ -314,18 +314,33 @@ pub fn check(out: &Path, opts: &Options) -> anyhow::Result<Format> {
 }
 
 /// Plots `rec` into `out` (`.svg` or `.png`, see [`Format::of`]).
-pub fn render(rec: &Recording, out: &Path, opts: &Options) -> anyhow::Result<Plotted> {
+///
+/// The recording is read a record batch at a time, so a file opened with
+/// [`crate::recording::open`] is plotted in bounded memory however long it is: twice
+/// when the window is not given (`from` and `to`), first only its times to find the
+/// window, then to decimate into it; once when it is.
+pub fn render(rec: &impl Source, out: &Path, opts: &Options) -> anyhow::Result<Plotted> {
     let format = check(out, opts)?;
-    let (t0, t1, samples) = window(rec, opts)?;
     let layout = Layout::new(opts.width, opts.height);
-    let (data, plotted) = collect(rec, t0, t1, layout.columns());
-    let plotted = Plotted { samples, ..plotted };
+    let (data, plotted) = match (opts.from, opts.to) {
+        // The window is the one asked for: one pass decimates and counts the samples.
+        (Some(t0), Some(t1)) => {
+            let (data, plotted, span) = collect(rec, t0, t1, layout.columns())?;
+            let (_, _, samples) = window(rec.path(), opts, &span)?;
+            (data, Plotted { samples, ..plotted })
+        }
+        _ => {
+            let (t0, t1, samples) = window(rec.path(), opts, &scan(rec, opts)?)?;
+            let (data, plotted, _) = collect(rec, t0, t1, layout.columns())?;
+            (data, Plotted { samples, ..plotted })
+        }
+    };
     plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
         .map_err(|_| anyhow!("the embedded font does not load"))?;
     let mut title = opts.title.clone();
     if title.is_empty() {
         title = rec
-            .path
+            .path()
             .file_name()
             .unwrap_or_default()
             .to_string_lossy()
@@ -356,22 +371,59 @@ pub fn render(rec: &Recording, out: &Path, opts: &Options) -> anyhow::Result<Plo
     Ok(plotted)
 }
 
-/// The window to plot and the samples in it, or why there is none.
-fn window(rec: &Recording, opts: &Options) -> anyhow::Result<(f64, f64, u64)> {
+/// The times of the sample rows: the first, the last, and how many are in a window.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    first: f64,
+    last: f64,
+    inside: u64,
+}
+
+impl Span {
+    fn new() -> Span {
+        Span {
+            first: f64::INFINITY,
+            last: f64::NEG_INFINITY,
+            inside: 0,
+        }
+    }
+
+    /// Adds a sample at `t`, counted if it is in `[from, to]`.
+    fn add(&mut self, t: f64, from: f64, to: f64) {
+        self.first = self.first.min(t);
+        self.last = self.last.max(t);
+        self.inside += u64::from(t >= from && t <= to);
+    }
+}
+
+/// The span of the samples, the window being `opts`' (open where not given): a pass over
+/// the `kind` and `time_s` columns only.
+fn scan(rec: &impl Source, opts: &Options) -> anyhow::Result<Span> {
     let (from, to) = (opts.from.unwrap_or(f64::MIN), opts.to.unwrap_or(f64::MAX));
-    let (mut first, mut last, mut inside) = (f64::INFINITY, f64::NEG_INFINITY, 0u64);
-    for rows in rec.rows() {
+    let mut span = Span::new();
+    for batch in rec.batches(Some(&["time_s"]))? {
+        let batch = batch?;
+        let rows = Rows::new(&batch);
         let time = rows.f64("time_s");
         for i in 0..rows.len() {
             if rows.kind(i) == Kind::Sample {
-                let t = time.value(i);
-                first = first.min(t);
-                last = last.max(t);
-                inside += u64::from(t >= from && t <= to);
+                span.add(time.value(i), from, to);
             }
         }
     }
-    let path = rec.path.display();
+    Ok(span)
+}
+
+/// The window to plot and the samples in it, or why there is none, from the span of the
+/// samples in `opts`' window.
+fn window(path: &Path, opts: &Options, span: &Span) -> anyhow::Result<(f64, f64, u64)> {
+    let (from, to) = (opts.from.unwrap_or(f64::MIN), opts.to.unwrap_or(f64::MAX));
+    let Span {
+        first,
+        last,
+        inside,
+    } = *span;
+    let path = path.display();
     if first > last {
         bail!("{path}: the recording holds no samples to plot");
     }
@@ -400,10 +452,28 @@ fn window(rec: &Recording, opts: &Options) -> anyhow::Result<(f64, f64, u64)> {
 }
 
 /// Decimates the samples (one envelope per rail and the total, broken at gap rows) and
-/// gathers the gaps, edges and logger readings in the window.
-fn collect(rec: &Recording, t0: f64, t1: f64, columns: usize) -> (Data, Plotted) {
-    let mut names: Vec<String> = rec.meta.rails.clone();
+/// gathers the gaps, edges and logger readings in the window; and the span of the samples
+/// with `[t0, t1]` as the window.
+fn collect(
+    rec: &impl Source,
+    t0: f64,
+    t1: f64,
+    columns: usize,
+) -> anyhow::Result<(Data, Plotted, Span)> {
+    let mut names: Vec<String> = rec.meta().rails.clone();
     names.push("total".into());
+    let watts: Vec<String> = rec
+        .meta()
+        .rails
+        .iter()
+        .map(|r| format!("{r}_w"))
+        .chain(["total_w".to_string()])
+        .collect();
+    let wanted: Vec<&str> = ["time_s", "duration_s", "line", "rising", "text", "logger_w"]
+        .into_iter()
+        .chain(watts.iter().map(String::as_str))
+        .collect();
+    let mut span = Span::new();
     let mut env: Vec<Envelope> = names
         .iter()
         .map(|_| Envelope::new(t0, t1, columns))
@@ -421,19 +491,16 @@ fn collect(rec: &Recording, t0: f64, t1: f64, columns: usize) -> (Data, Plotted)
     let mut edges: BTreeMap<u8, EdgeLine> = BTreeMap::new();
     let mut logger = Vec::new();
     let mut n_edges = 0;
-    for rows in rec.rows() {
+    for batch in rec.batches(Some(&wanted))? {
+        let batch = batch?;
+        let rows = Rows::new(&batch);
         let time = rows.f64("time_s");
-        let mut cols: Vec<_> = rec
-            .meta
-            .rails
-            .iter()
-            .map(|r| rows.f32(&format!("{r}_w")))
-            .collect();
-        cols.push(rows.f32("total_w"));
+        let cols: Vec<_> = watts.iter().map(|w| rows.f32(w)).collect();
         for i in 0..rows.len() {
             let t = time.value(i);
             match rows.kind(i) {
                 Kind::Sample => {
+                    span.add(t, t0, t1);
                     for (e, c) in env.iter_mut().zip(&cols) {
                         if let Some(v) = Rows::get(c, i) {
                             e.push(t, v);
@@ -499,7 +566,7 @@ fn collect(rec: &Recording, t0: f64, t1: f64, columns: usize) -> (Data, Plotted)
         edges: n_edges,
         logger: logger.len(),
     };
-    (
+    Ok((
         Data {
             series,
             gaps,
@@ -507,7 +574,8 @@ fn collect(rec: &Recording, t0: f64, t1: f64, columns: usize) -> (Data, Plotted)
             logger,
         },
         plotted,
-    )
+        span,
+    ))
 }
 
 /// Draws the plot.

@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::{BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -633,7 +633,7 @@ impl Writer {
     }
 }
 
-/// A recording read back.
+/// A recording read back whole (see [`open`] to read it a batch at a time instead).
 #[derive(Debug, Clone)]
 pub struct Recording {
     /// The file.
@@ -652,8 +652,77 @@ pub struct Recording {
 /// The end-of-stream marker of the Arrow IPC stream format.
 const END_OF_STREAM: [u8; 8] = [0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0];
 
-/// Reads a whole recording.
+/// Reads a whole recording into memory: [`open`] and every batch collected. A long
+/// recording is better read with [`open`], a batch at a time.
 pub fn read(path: &Path) -> Result<Recording, RecordingError> {
+    let mut r = open(path)?;
+    let batches = r.by_ref().collect::<Result<Vec<_>, _>>()?;
+    Ok(Recording {
+        path: r.path,
+        meta: r.meta,
+        schema: r.schema,
+        batches,
+        finalised: r.finalised,
+    })
+}
+
+/// A recording being read a record batch at a time, in the order written: an iterator of
+/// batches that holds one batch in memory at a time, whatever the recording's length.
+///
+/// [`open`] reads and checks only the schema and the file's last 8 bytes; each batch is
+/// read when the iterator gets to it. A stream that breaks off inside a batch yields the
+/// good batches before it and then one [`RecordingError::Truncated`]; nothing after it.
+/// The reader reads the bytes the file had when it was opened: rows a running capture
+/// appends afterwards are not read, and [`Reader::finalised`] describes the file as it
+/// was then.
+#[derive(Debug)]
+pub struct Reader {
+    /// The file.
+    pub path: PathBuf,
+    /// Its metadata.
+    pub meta: Meta,
+    /// Its schema (every column, whatever columns the batches hold).
+    pub schema: SchemaRef,
+    /// The writer closed it (the end-of-stream marker is the last 8 bytes); see
+    /// [`Recording::finalised`].
+    pub finalised: bool,
+    /// The file's length when it was opened: the bytes read.
+    len: u64,
+    stream: StreamReader<BufReader<std::io::Take<File>>>,
+    batches: usize,
+    rows: usize,
+    done: bool,
+}
+
+/// Opens a recording to read it a record batch at a time (see [`Reader`]), with the same
+/// checks and one-line errors as [`read`].
+pub fn open(path: &Path) -> Result<Reader, RecordingError> {
+    open_at(path, None, None)
+}
+
+/// Like [`open`], but the batches hold only the `kind` column and `columns` (in the
+/// recording's order; names it does not have are left out): the others are skipped
+/// without being decompressed, which saves most of the time of a pass that needs few.
+pub fn open_columns(path: &Path, columns: &[&str]) -> Result<Reader, RecordingError> {
+    open_at(path, None, Some(columns))
+}
+
+/// The indices of the `kind` column and of `columns` in `schema`, in the schema's order.
+fn projection(schema: &Schema, columns: &[&str]) -> Vec<usize> {
+    let mut p: Vec<usize> = std::iter::once(0)
+        .chain(columns.iter().filter_map(|c| schema.index_of(c).ok()))
+        .collect();
+    p.sort_unstable();
+    p.dedup();
+    p
+}
+
+/// Opens `path` and reads its first `len` bytes (its length now when `None`).
+fn open_at(
+    path: &Path,
+    len: Option<u64>,
+    columns: Option<&[&str]>,
+) -> Result<Reader, RecordingError> {
     let io = |error| RecordingError::Io {
         path: path.to_path_buf(),
         error,
@@ -662,29 +731,67 @@ pub fn read(path: &Path) -> Result<Recording, RecordingError> {
         path: path.to_path_buf(),
         why: why.to_string(),
     };
-    let mut bytes = Vec::new();
-    File::open(path)
-        .and_then(|mut f| f.read_to_end(&mut bytes))
-        .map_err(io)?;
-    if bytes.starts_with(b"ARROW1") {
+    let mut file = File::open(path).map_err(io)?;
+    let len = match len {
+        Some(len) => len,
+        None => file.metadata().map_err(io)?.len(),
+    };
+    let mut head = Vec::with_capacity(8);
+    (&mut file).take(8).read_to_end(&mut head).map_err(io)?;
+    if head.starts_with(b"ARROW1") {
         return Err(foreign(
             "an Arrow IPC file (random-access format), not the stream format",
         ));
     }
-    if bytes.starts_with(b"PAR1") {
+    if head.starts_with(b"PAR1") {
         return Err(foreign("a Parquet file"));
     }
-    if !bytes.starts_with(&[0xFF, 0xFF, 0xFF, 0xFF]) {
-        return Err(foreign(if bytes.is_empty() {
+    if !head.starts_with(&[0xFF, 0xFF, 0xFF, 0xFF]) {
+        return Err(foreign(if head.is_empty() {
             "the file is empty"
         } else {
             "not an Arrow IPC stream"
         }));
     }
-    let finalised = bytes.ends_with(&END_OF_STREAM);
-    let reader = StreamReader::try_new(std::io::Cursor::new(&bytes[..]), None)
-        .map_err(|e| foreign(&format!("not a readable Arrow IPC stream header: {e}")))?;
-    let schema = reader.schema();
+    let mut tail = [0u8; 8];
+    let finalised = len >= 8 && {
+        file.seek(SeekFrom::Start(len - 8)).map_err(io)?;
+        file.read_exact(&mut tail).map_err(io)?;
+        tail == END_OF_STREAM
+    };
+    file.seek(SeekFrom::Start(0)).map_err(io)?;
+    let header_error =
+        |e: ArrowError| foreign(&format!("not a readable Arrow IPC stream header: {e}"));
+    let schema = StreamReader::try_new(BufReader::new((&mut file).take(len)), None)
+        .map_err(header_error)?
+        .schema();
+    let meta = check_schema(path, &schema)?;
+    // The stream proper, from the start again (the schema message is small).
+    file.seek(SeekFrom::Start(0)).map_err(io)?;
+    let stream = StreamReader::try_new(
+        BufReader::new(file.take(len)),
+        columns.map(|c| projection(&schema, c)),
+    )
+    .map_err(header_error)?;
+    Ok(Reader {
+        path: path.to_path_buf(),
+        meta,
+        schema,
+        finalised,
+        len,
+        stream,
+        batches: 0,
+        rows: 0,
+        done: false,
+    })
+}
+
+/// The recording's metadata, if `schema` is that of a recording this code reads.
+fn check_schema(path: &Path, schema: &Schema) -> Result<Meta, RecordingError> {
+    let foreign = |why: &str| RecordingError::Foreign {
+        path: path.to_path_buf(),
+        why: why.to_string(),
+    };
     let md = schema.metadata();
     if md.get("railtrace.format").map(String::as_str) != Some(FORMAT) {
         return Err(foreign(
@@ -718,31 +825,131 @@ pub fn read(path: &Path) -> Result<Recording, RecordingError> {
             "its columns are not the ones its railtrace metadata describes",
         ));
     }
-    let mut batches = Vec::new();
-    let mut rows = 0;
-    for b in reader {
-        match b {
-            Ok(b) => {
-                rows += b.num_rows();
-                batches.push(b);
+    Ok(meta)
+}
+
+impl Reader {
+    /// Opens the same recording again, to read it from the start (the bytes this reader
+    /// reads, no more), with every column (`None`) or the `kind` column and `columns`
+    /// (see [`open_columns`]). Fails if the file is no longer that recording.
+    pub fn reopen(&self, columns: Option<&[&str]>) -> Result<Reader, RecordingError> {
+        let r = open_at(&self.path, Some(self.len), columns)?;
+        if r.schema != self.schema {
+            return Err(RecordingError::Foreign {
+                path: self.path.clone(),
+                why: "it was replaced while being read".into(),
+            });
+        }
+        Ok(r)
+    }
+
+    /// Record batches read so far.
+    pub fn batches_read(&self) -> usize {
+        self.batches
+    }
+
+    /// Rows in them.
+    pub fn rows_read(&self) -> usize {
+        self.rows
+    }
+}
+
+impl Iterator for Reader {
+    type Item = Result<RecordBatch, RecordingError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        match self.stream.next() {
+            None => {
+                self.done = true;
+                None
             }
-            Err(e) => {
-                return Err(RecordingError::Truncated {
-                    path: path.to_path_buf(),
-                    batches: batches.len(),
-                    rows,
+            Some(Ok(b)) => {
+                self.batches += 1;
+                self.rows += b.num_rows();
+                Some(Ok(b))
+            }
+            Some(Err(e)) => {
+                self.done = true;
+                Some(Err(RecordingError::Truncated {
+                    path: self.path.clone(),
+                    batches: self.batches,
+                    rows: self.rows,
                     error: e.to_string(),
-                })
+                }))
             }
         }
     }
-    Ok(Recording {
-        path: path.to_path_buf(),
-        meta,
-        schema,
-        batches,
-        finalised,
-    })
+}
+
+/// Record batches of a recording, in order; an error ends them.
+pub type Batches<'a> = Box<dyn Iterator<Item = Result<RecordBatch, RecordingError>> + 'a>;
+
+/// A recording that its consumers (export, plot) read batch by batch, from the start, as
+/// many times as they need: a [`Recording`] in memory or a file being read ([`Reader`]).
+pub trait Source {
+    /// The file.
+    fn path(&self) -> &Path;
+    /// Its metadata.
+    fn meta(&self) -> &Meta;
+    /// Its schema.
+    fn schema(&self) -> &SchemaRef;
+    /// The writer closed it (see [`Recording::finalised`]).
+    fn finalised(&self) -> bool;
+    /// Every record batch from the first, with every column (`None`) or only the `kind`
+    /// column and `columns` (for a file, the others are not even decompressed). A file is
+    /// opened again for each call and read a batch at a time.
+    fn batches(&self, columns: Option<&[&str]>) -> Result<Batches<'_>, RecordingError>;
+}
+
+impl Source for Recording {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+    fn meta(&self) -> &Meta {
+        &self.meta
+    }
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+    fn finalised(&self) -> bool {
+        self.finalised
+    }
+    fn batches(&self, columns: Option<&[&str]>) -> Result<Batches<'_>, RecordingError> {
+        let Some(columns) = columns else {
+            return Ok(Box::new(self.batches.iter().cloned().map(Ok)));
+        };
+        // The same columns as a file would give, so that the callers' choice is tested.
+        let p = projection(&self.schema, columns);
+        Ok(Box::new(self.batches.iter().map(move |b| {
+            b.project(&p).map_err(|error| RecordingError::Arrow {
+                path: self.path.clone(),
+                error,
+            })
+        })))
+    }
+}
+
+impl Source for Reader {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+    fn meta(&self) -> &Meta {
+        &self.meta
+    }
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+    fn finalised(&self) -> bool {
+        self.finalised
+    }
+    /// Reads the file again from the start ([`Reader::reopen`]); this reader's own place
+    /// in it is left as it is.
+    fn batches(&self, columns: Option<&[&str]>) -> Result<Batches<'_>, RecordingError> {
+        Ok(Box::new(self.reopen(columns)?))
+    }
 }
 
 /// Typed access to one record batch of a recording.
@@ -760,7 +967,7 @@ impl<'a> Rows<'a> {
             .as_any()
             .downcast_ref::<DictionaryArray<arrow_array::types::Int8Type>>()
             .map(DictionaryArray::keys)
-            .expect("the kind column of a recording read by `read`");
+            .expect("the kind column, the first of a recording's batch");
         Rows { batch, kinds }
     }
 
@@ -772,6 +979,13 @@ impl<'a> Rows<'a> {
     /// True when the batch has no rows.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Adds the number of rows of each kind, in [`Kind::ALL`] order, to `n`.
+    pub fn count_kinds(&self, n: &mut [u64; 8]) {
+        for i in 0..self.len() {
+            n[self.kind(i).code() as usize] += 1;
+        }
     }
 
     /// The kind of row `i`.
@@ -826,9 +1040,7 @@ impl Recording {
     pub fn counts(&self) -> [u64; 8] {
         let mut n = [0u64; 8];
         for r in self.rows() {
-            for i in 0..r.len() {
-                n[r.kind(i).code() as usize] += 1;
-            }
+            r.count_kinds(&mut n);
         }
         n
     }
@@ -855,4 +1067,212 @@ pub fn iso_utc(ns: i64) -> String {
         s % 3600 / 60,
         s % 60
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file in the temporary directory, removed when dropped.
+    struct Temp(PathBuf);
+
+    impl Temp {
+        fn new(name: &str) -> Temp {
+            let p = std::env::temp_dir().join(format!(
+                "railtrace-recording-{}-{name}.arrow",
+                std::process::id()
+            ));
+            Temp(p)
+        }
+    }
+
+    impl Drop for Temp {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    fn meta() -> Meta {
+        Meta {
+            version: FORMAT_VERSION,
+            source: "test".into(),
+            epoch_utc_ns: 0,
+            timebase: String::new(),
+            rails: vec!["a".into(), "b".into()],
+            code_channels: vec![0],
+            device: None,
+            rig: None,
+            settings: None,
+        }
+    }
+
+    /// Writes `batches` record batches of 100 samples each (and an event in the first);
+    /// returns the file's length after each batch.
+    fn write(path: &Path, batches: usize, finish: bool) -> Vec<u64> {
+        let mut w = Writer::create(path, &meta()).unwrap();
+        let mut ends = Vec::new();
+        for b in 0..batches {
+            if b == 0 {
+                w.event(&Event::Text {
+                    kind: Kind::Log,
+                    time_s: 0.0,
+                    text: "start".into(),
+                });
+            }
+            for i in 0..100 {
+                let k = (b * 100 + i) as u64;
+                w.sample(
+                    k as f64 * 1e-5,
+                    Some(k),
+                    None,
+                    &[(12.0, 1.0), (3.3, 2.0)],
+                    &[7],
+                );
+            }
+            w.flush().unwrap();
+            ends.push(w.bytes_written());
+        }
+        if finish {
+            w.finish().unwrap();
+        }
+        ends
+    }
+
+    #[test]
+    fn open_yields_the_good_batches_then_the_damage() {
+        let f = Temp::new("damaged");
+        let ends = write(&f.0, 3, true);
+        // Cut the file in the middle of the last batch.
+        let bytes = std::fs::read(&f.0).unwrap();
+        let cut = (ends[1] + (ends[2] - ends[1]) / 2) as usize;
+        std::fs::write(&f.0, &bytes[..cut]).unwrap();
+
+        // Opening reads the schema only: the damage is not seen yet.
+        let mut r = open(&f.0).unwrap();
+        assert!(!r.finalised);
+        assert_eq!(r.meta, meta());
+        assert_eq!(r.next().unwrap().unwrap().num_rows(), 101);
+        assert_eq!((r.batches_read(), r.rows_read()), (1, 101));
+        assert_eq!(r.next().unwrap().unwrap().num_rows(), 100);
+        let e = r.next().unwrap().unwrap_err();
+        assert!(
+            matches!(
+                e,
+                RecordingError::Truncated {
+                    batches: 2,
+                    rows: 201,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(r.next().is_none(), "nothing after the damage");
+        let line = e.to_string();
+        assert!(
+            line.contains("truncated or damaged after 201 rows in 2 complete record batches"),
+            "{line}"
+        );
+        assert!(!line.contains('\n'), "{line}");
+        // `read` fails with the same words.
+        assert_eq!(read(&f.0).unwrap_err().to_string(), line);
+    }
+
+    #[test]
+    fn a_whole_recording_reads_the_same_either_way() {
+        let f = Temp::new("whole");
+        write(&f.0, 3, true);
+        let rec = read(&f.0).unwrap();
+        assert!(rec.finalised);
+        assert_eq!(rec.batches.len(), 3);
+        assert_eq!(rec.counts()[0], 300);
+        assert_eq!(rec.counts()[Kind::Log.code() as usize], 1);
+        let r = open(&f.0).unwrap();
+        assert!(r.finalised);
+        assert_eq!(r.schema, rec.schema);
+        let batches: Vec<RecordBatch> = r.map(Result::unwrap).collect();
+        assert_eq!(batches, rec.batches);
+    }
+
+    #[test]
+    fn a_reader_reads_what_the_file_held_when_opened() {
+        let f = Temp::new("growing");
+        let ends = write(&f.0, 2, false);
+        let r = open(&f.0).unwrap();
+        assert!(!r.finalised);
+        // A writer appends half a batch after the reader opened the file.
+        let bytes = std::fs::read(&f.0).unwrap();
+        let half = &bytes[ends[0] as usize..(ends[0] + (ends[1] - ends[0]) / 2) as usize];
+        let mut file = std::fs::OpenOptions::new().append(true).open(&f.0).unwrap();
+        file.write_all(half).unwrap();
+        drop(file);
+        let again = r.reopen(None).unwrap();
+        let rows: usize = r.map(|b| b.unwrap().num_rows()).sum();
+        assert_eq!(rows, 201);
+        let rows: usize = again.map(|b| b.unwrap().num_rows()).sum();
+        assert_eq!(rows, 201);
+        // Opened now, it holds the half batch.
+        assert!(matches!(
+            read(&f.0),
+            Err(RecordingError::Truncated {
+                batches: 2,
+                rows: 201,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn only_the_columns_asked_for_are_read() {
+        let f = Temp::new("columns");
+        write(&f.0, 2, true);
+        let names = |b: &RecordBatch| -> Vec<String> {
+            b.schema()
+                .fields()
+                .iter()
+                .map(|f| f.name().clone())
+                .collect()
+        };
+        let r = open_columns(&f.0, &["b_w", "time_s", "no_such_column"]).unwrap();
+        assert_eq!(r.schema.fields().len(), schema(&meta()).fields().len());
+        let batches: Vec<RecordBatch> = r.map(Result::unwrap).collect();
+        assert_eq!(batches.len(), 2);
+        assert_eq!(names(&batches[0]), ["kind", "time_s", "b_w"]);
+        let rows = Rows::new(&batches[0]);
+        assert_eq!(rows.kind(0), Kind::Log);
+        assert_eq!(rows.kind(1), Kind::Sample);
+        assert_eq!(rows.f32("b_w").value(1), 6.6);
+        // A recording in memory gives the same columns.
+        let rec = read(&f.0).unwrap();
+        let same: Vec<RecordBatch> = rec
+            .batches(Some(&["b_w", "time_s", "no_such_column"]))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(same, batches);
+    }
+
+    #[test]
+    fn files_that_are_not_recordings_are_refused_at_open() {
+        let f = Temp::new("foreign");
+        for (bytes, words) in [
+            (&b""[..], "the file is empty"),
+            (b"PAR1\0\0\0\0PAR1", "a Parquet file"),
+            (b"ARROW1\0\0", "an Arrow IPC file"),
+            (b"time,power\n", "not an Arrow IPC stream"),
+            (
+                &[0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0],
+                "not a readable Arrow IPC stream",
+            ),
+        ] {
+            std::fs::write(&f.0, bytes).unwrap();
+            let e = open(&f.0).unwrap_err().to_string();
+            assert!(
+                e.contains("not a railtrace recording") && e.contains(words),
+                "{e}"
+            );
+        }
+        std::fs::remove_file(&f.0).unwrap();
+        let e = open(&f.0).unwrap_err();
+        assert!(matches!(e, RecordingError::Io { .. }), "{e}");
+    }
 }

@@ -117,7 +117,8 @@ pub struct Info {
 }
 
 impl Info {
-    fn from(i: &railtrace_protocol::DeviceInfo<'_>) -> Info {
+    /// From the message.
+    pub fn from(i: &railtrace_protocol::DeviceInfo<'_>) -> Info {
         let (a, b, c) = i.firmware_version;
         Info {
             firmware: format!("{a}.{b}.{c}"),

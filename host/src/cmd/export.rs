@@ -86,7 +86,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     } else if args.bin_us.is_some() || args.absolute_time {
         anyhow::bail!("--bin-us and --absolute-time apply to perfetto only");
     }
-    let rec = recording::read(&args.file)?;
+    // Only the schema is read here; the export reads the rows a batch at a time.
+    let rec = recording::open(&args.file)?;
     let out = args
         .output
         .unwrap_or_else(|| export::default_output(&args.file, format));

@@ -1,7 +1,7 @@
 //! `railtrace inspect FILE`: what a recording holds.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use railtrace::recording::{self, Kind, Rows};
 use serde::Serialize;
@@ -52,8 +52,9 @@ struct Summary {
     energy_j: f64,
 }
 
-fn summarise(r: &recording::Recording) -> Summary {
-    let counts = r.counts();
+/// The summary of a recording, read a record batch at a time (only the columns it needs).
+fn summarise(path: &Path) -> anyhow::Result<(Summary, Vec<String>)> {
+    let r = recording::open(path)?;
     let mut names: Vec<String> = r.meta.rails.iter().map(|n| format!("{n}_w")).collect();
     names.push("total_w".into());
     let mut sums = vec![(0.0f64, 0u64, f64::INFINITY, f64::NEG_INFINITY); names.len()];
@@ -62,7 +63,13 @@ fn summarise(r: &recording::Recording) -> Summary {
     let mut edges = BTreeMap::new();
     let mut energy = 0.0;
     let mut prev: Option<(f64, f64)> = None;
-    for rows in r.rows() {
+    let mut counts = [0u64; 8];
+    let mut wanted: Vec<&str> = vec!["time_s", "duration_s", "count", "text", "line"];
+    wanted.extend(names.iter().map(String::as_str));
+    for batch in r.reopen(Some(&wanted))? {
+        let batch = batch?;
+        let rows = Rows::new(&batch);
+        rows.count_kinds(&mut counts);
         let time = rows.f64("time_s");
         let cols: Vec<_> = names.iter().map(|n| rows.f32(n)).collect();
         let text = rows.text();
@@ -112,7 +119,8 @@ fn summarise(r: &recording::Recording) -> Summary {
         .map(|g| g.duration_s)
         .filter(|d| d.is_finite())
         .sum();
-    Summary {
+    let rails = r.meta.rails.clone();
+    let summary = Summary {
         file: r.path.clone(),
         finalised: r.finalised,
         source: r.meta.source.clone(),
@@ -145,13 +153,13 @@ fn summarise(r: &recording::Recording) -> Summary {
             })
             .collect(),
         energy_j: energy,
-    }
+    };
+    Ok((summary, rails))
 }
 
 /// Runs `railtrace inspect`.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let r = recording::read(&args.file)?;
-    let s = summarise(&r);
+    let (s, rails) = summarise(&args.file)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&s)?);
         return Ok(());
@@ -192,7 +200,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     println!(
         "rails     {}{}",
-        r.meta.rails.join(", "),
+        rails.join(", "),
         if s.rig {
             " (rig description in the file)"
         } else {

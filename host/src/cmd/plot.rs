@@ -41,7 +41,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // A wrong extension or size fails before a large recording is read.
     plot::check(&args.output, &opts)?;
     let started = Instant::now();
-    let rec = recording::read(&args.file)?;
+    // Only the schema is read here; the plot reads the rows a batch at a time.
+    let rec = recording::open(&args.file)?;
     let m = &rec.meta;
     let name = args.file.file_name().unwrap_or_default().to_string_lossy();
     let mut title = format!("{name} — {}", m.source);
