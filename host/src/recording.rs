@@ -290,6 +290,38 @@ pub enum Event {
     },
 }
 
+/// A column builder that can be brought to a row with nulls.
+trait Pad {
+    /// Appends nulls until the column has `row` values; returns it for the next append.
+    fn at(&mut self, row: usize) -> &mut Self;
+}
+
+fn grow<B: ArrayBuilder>(b: &mut B, row: usize, nulls: impl FnOnce(&mut B, usize)) -> &mut B {
+    let len = b.len();
+    if len < row {
+        nulls(b, row - len);
+    }
+    b
+}
+
+impl<T: arrow_array::ArrowPrimitiveType> Pad for arrow_array::builder::PrimitiveBuilder<T> {
+    fn at(&mut self, row: usize) -> &mut Self {
+        grow(self, row, Self::append_nulls)
+    }
+}
+
+impl Pad for BooleanBuilder {
+    fn at(&mut self, row: usize) -> &mut Self {
+        grow(self, row, Self::append_nulls)
+    }
+}
+
+impl Pad for StringBuilder {
+    fn at(&mut self, row: usize) -> &mut Self {
+        grow(self, row, Self::append_nulls)
+    }
+}
+
 #[derive(Debug)]
 struct Columns {
     kind: Int8Builder,
@@ -334,44 +366,43 @@ impl Columns {
         }
     }
 
-    /// Starts a row; every column the caller does not fill gets a null from `end_row`.
-    fn begin(&mut self, kind: Kind, time_s: f64) {
+    /// Starts a row and returns its number. A column the row fills is brought to that
+    /// number first with [`Pad::at`]; the ones it leaves get their nulls in bulk, later.
+    fn begin(&mut self, kind: Kind, time_s: f64) -> usize {
+        let row = self.kind.len();
         self.kind.append_value(kind.code());
         self.time_s.append_value(time_s);
+        row
     }
 
     /// Pads every column to the row count with nulls.
-    fn end_row(&mut self) {
+    fn pad_all(&mut self) {
         let n = self.kind.len();
-        fn pad<B: ArrayBuilder>(b: &mut B, n: usize, null: impl Fn(&mut B)) {
-            while b.len() < n {
-                null(b);
-            }
-        }
-        pad(&mut self.index, n, |b| b.append_null());
-        pad(&mut self.tick, n, |b| b.append_null());
+        self.index.at(n);
+        self.tick.at(n);
         for r in &mut self.rails {
             for b in r {
-                pad(b, n, |b| b.append_null());
+                b.at(n);
             }
         }
-        pad(&mut self.total_w, n, |b| b.append_null());
+        self.total_w.at(n);
         for b in &mut self.codes {
-            pad(b, n, |b| b.append_null());
+            b.at(n);
         }
-        pad(&mut self.line, n, |b| b.append_null());
-        pad(&mut self.rising, n, |b| b.append_null());
-        pad(&mut self.count, n, |b| b.append_null());
-        pad(&mut self.duration_s, n, |b| b.append_null());
-        pad(&mut self.host_send_ns, n, |b| b.append_null());
-        pad(&mut self.host_recv_ns, n, |b| b.append_null());
-        pad(&mut self.tx_tick, n, |b| b.append_null());
-        pad(&mut self.logger_w, n, |b| b.append_null());
-        pad(&mut self.logger_instant_w, n, |b| b.append_null());
-        pad(&mut self.text, n, |b| b.append_null());
+        self.line.at(n);
+        self.rising.at(n);
+        self.count.at(n);
+        self.duration_s.at(n);
+        self.host_send_ns.at(n);
+        self.host_recv_ns.at(n);
+        self.tx_tick.at(n);
+        self.logger_w.at(n);
+        self.logger_instant_w.at(n);
+        self.text.at(n);
     }
 
     fn finish(&mut self, kinds: &ArrayRef) -> Result<Vec<ArrayRef>, ArrowError> {
+        self.pad_all();
         let keys = self.kind.finish();
         let mut out: Vec<ArrayRef> = vec![
             Arc::new(DictionaryArray::try_new(keys, kinds.clone())?),
@@ -488,24 +519,23 @@ impl Writer {
         codes: &[i16],
     ) {
         let c = &mut self.cols;
-        c.begin(Kind::Sample, time_s);
-        c.index.append_option(index);
-        c.tick.append_option(tick);
+        let r = c.begin(Kind::Sample, time_s);
+        c.index.at(r).append_option(index);
+        c.tick.at(r).append_option(tick);
         let mut total = 0.0f32;
         for (b, &(v, a)) in c.rails.iter_mut().zip(rails) {
             let w = v * a;
             for (b, x) in b.iter_mut().zip([v, a, w]) {
-                b.append_option(x.is_finite().then_some(x));
+                b.at(r).append_option(x.is_finite().then_some(x));
             }
             if w.is_finite() {
                 total += w;
             }
         }
-        c.total_w.append_value(total);
+        c.total_w.at(r).append_value(total);
         for (b, &code) in c.codes.iter_mut().zip(codes) {
-            b.append_value(code);
+            b.at(r).append_value(code);
         }
-        c.end_row();
     }
 
     /// Adds an event row.
@@ -519,11 +549,11 @@ impl Writer {
                 duration_s,
                 cause,
             } => {
-                c.begin(Kind::Gap, *time_s);
-                c.index.append_option(*index);
-                c.count.append_option(*samples);
-                c.duration_s.append_value(*duration_s);
-                c.text.append_value(cause);
+                let r = c.begin(Kind::Gap, *time_s);
+                c.index.at(r).append_option(*index);
+                c.count.at(r).append_option(*samples);
+                c.duration_s.at(r).append_value(*duration_s);
+                c.text.at(r).append_value(cause);
             }
             Event::Edge {
                 time_s,
@@ -534,13 +564,13 @@ impl Writer {
                 count,
                 label,
             } => {
-                c.begin(Kind::Edge, *time_s);
-                c.index.append_option(*index);
-                c.tick.append_option(*tick);
-                c.line.append_value(*line);
-                c.rising.append_value(*rising);
-                c.count.append_option(*count);
-                c.text.append_value(label);
+                let r = c.begin(Kind::Edge, *time_s);
+                c.index.at(r).append_option(*index);
+                c.tick.at(r).append_option(*tick);
+                c.line.at(r).append_value(*line);
+                c.rising.at(r).append_value(*rising);
+                c.count.at(r).append_option(*count);
+                c.text.at(r).append_value(label);
             }
             Event::TimeSync {
                 time_s,
@@ -549,27 +579,26 @@ impl Writer {
                 rx_tick,
                 tx_tick,
             } => {
-                c.begin(Kind::TimeSync, *time_s);
-                c.tick.append_value(*rx_tick);
-                c.tx_tick.append_value(*tx_tick);
-                c.host_send_ns.append_value(*host_send_ns);
-                c.host_recv_ns.append_value(*host_recv_ns);
+                let r = c.begin(Kind::TimeSync, *time_s);
+                c.tick.at(r).append_value(*rx_tick);
+                c.tx_tick.at(r).append_value(*tx_tick);
+                c.host_send_ns.at(r).append_value(*host_send_ns);
+                c.host_recv_ns.at(r).append_value(*host_recv_ns);
             }
             Event::Logger {
                 time_s,
                 power_w,
                 instant_w,
             } => {
-                c.begin(Kind::Logger, *time_s);
-                c.logger_w.append_value(*power_w);
-                c.logger_instant_w.append_option(*instant_w);
+                let r = c.begin(Kind::Logger, *time_s);
+                c.logger_w.at(r).append_value(*power_w);
+                c.logger_instant_w.at(r).append_option(*instant_w);
             }
             Event::Text { kind, time_s, text } => {
-                c.begin(*kind, *time_s);
-                c.text.append_value(text);
+                let r = c.begin(*kind, *time_s);
+                c.text.at(r).append_value(text);
             }
         }
-        c.end_row();
     }
 
     /// Rows buffered, not yet written.
