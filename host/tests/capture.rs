@@ -11,16 +11,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use railtrace::capture::{capture, Config, Counters, Summary};
 use railtrace::recording::{self, Kind, Recording, Rows};
 
+mod common;
+use common::TempDir;
+
 /// The twin runs in real time on two threads: one test at a time.
 fn one_at_a_time() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("railtrace-capture-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 /// The default scenario with these `[faults]`.
@@ -110,7 +107,8 @@ fn seen(r: &Recording) -> Seen {
 fn a_minute_at_the_default_rate_loses_nothing() {
     let _g = one_at_a_time();
     let twin = twin("");
-    let out = scratch("minute").join("minute.arrow");
+    let dir = TempDir::new("capture-minute");
+    let out = dir.join("minute.arrow");
     let (summary, _) = run(&config(twin.path(), out.clone(), 60.0));
     twin.stop().unwrap();
     let p = &summary.progress;
@@ -135,7 +133,6 @@ fn a_minute_at_the_default_rate_loses_nothing() {
     // The default rate is the device's highest, 100 kS/s: a minute of it (start and stop
     // take well under a second).
     assert!(s.samples > 59 * 100_000, "{}", s.samples);
-    std::fs::remove_file(&out).unwrap();
 }
 
 #[test]
@@ -144,7 +141,8 @@ fn losses_counted_equal_the_frames_the_twin_damaged() {
     let twin = twin(
         "corrupt_frame_probability = 0.02\ndrop_byte_probability = 0.02\ndamage_until_s = 1.5",
     );
-    let out = scratch("damage").join("damage.arrow");
+    let dir = TempDir::new("capture-damage");
+    let out = dir.join("damage.arrow");
     let (summary, _) = run(&config(twin.path(), out.clone(), 2.5));
     let stats = twin.stats();
     let damaged = stats
@@ -179,7 +177,8 @@ fn losses_counted_equal_the_frames_the_twin_damaged() {
 fn a_link_outage_is_one_marked_gap_of_exactly_the_missing_samples() {
     let _g = one_at_a_time();
     let twin = twin("disconnect_after_s = 1.0\ndisconnected_s = 0.5");
-    let out = scratch("outage").join("outage.arrow");
+    let dir = TempDir::new("capture-outage");
+    let out = dir.join("outage.arrow");
     let (summary, _) = run(&config(twin.path(), out.clone(), 3.0));
     twin.stop().unwrap();
     assert_eq!(summary.progress.reconnects, 1);
@@ -202,7 +201,8 @@ fn a_link_outage_is_one_marked_gap_of_exactly_the_missing_samples() {
 fn a_device_reset_is_one_marked_gap_then_a_new_run() {
     let _g = one_at_a_time();
     let twin = twin("reset_after_s = 1.0");
-    let out = scratch("reset").join("reset.arrow");
+    let dir = TempDir::new("capture-reset");
+    let out = dir.join("reset.arrow");
     let (summary, _) = run(&config(twin.path(), out.clone(), 3.0));
     twin.stop().unwrap();
     assert_eq!(summary.progress.reconnects, 1);
@@ -230,6 +230,21 @@ fn railtrace(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_railtrace"))
         .args(args)
         .output()
+        .unwrap()
+}
+
+/// `railtrace capture --json` from `port` into `out`, running.
+fn start_capture(port: &Path, out: &Path) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_railtrace"))
+        .arg("capture")
+        .arg("--port")
+        .arg(port)
+        .arg("--json")
+        .arg("-o")
+        .arg(out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap()
 }
 
@@ -275,21 +290,9 @@ fn pyarrow_samples(file: &Path) -> Option<u64> {
 fn a_killed_capture_leaves_a_file_pyarrow_opens_with_all_but_the_last_second() {
     let _g = one_at_a_time();
     let twin = twin("");
-    let out = scratch("kill").join("killed.arrow");
-    let port = twin.path().to_str().unwrap().to_string();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_railtrace"))
-        .args([
-            "capture",
-            "--port",
-            &port,
-            "--json",
-            "-o",
-            out.to_str().unwrap(),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let dir = TempDir::new("capture-kill");
+    let out = dir.join("killed.arrow");
+    let mut child = start_capture(twin.path(), &out);
     let started = Instant::now();
     while !out.exists() && started.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(50));
@@ -318,21 +321,9 @@ fn a_killed_capture_leaves_a_file_pyarrow_opens_with_all_but_the_last_second() {
 fn ctrl_c_stops_cleanly_and_closes_the_file() {
     let _g = one_at_a_time();
     let twin = twin("");
-    let out = scratch("int").join("interrupted.arrow");
-    let port = twin.path().to_str().unwrap().to_string();
-    let child = Command::new(env!("CARGO_BIN_EXE_railtrace"))
-        .args([
-            "capture",
-            "--port",
-            &port,
-            "--json",
-            "-o",
-            out.to_str().unwrap(),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let dir = TempDir::new("capture-int");
+    let out = dir.join("interrupted.arrow");
+    let child = start_capture(twin.path(), &out);
     std::thread::sleep(Duration::from_millis(2500));
     let kill = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
@@ -362,7 +353,7 @@ fn refused(o: &Output, words: &str) {
 #[test]
 fn bad_input_is_refused_in_one_line() {
     let _g = one_at_a_time();
-    let dir = scratch("bad");
+    let dir = TempDir::new("capture-bad");
     let out = dir.join("x.arrow");
     let o = out.to_str().unwrap();
     // A port that does not exist: no file is left behind.

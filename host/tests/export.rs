@@ -16,33 +16,8 @@ use railtrace::export::{self, ExportError, Format, Options};
 use railtrace::recording::{self, Event, Kind, Meta, Recording, Rows, Writer};
 use serde_json::Value;
 
-/// A fresh directory under the system's temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let dir = std::env::temp_dir().join(format!(
-            "railtrace-export-{name}-{}-{nanos}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn join(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+mod common;
+use common::TempDir;
 
 const EPOCH_NS: i64 = 1_764_409_453_535_000_000;
 
@@ -192,7 +167,7 @@ fn read_parquet(path: &Path) -> (Arc<Schema>, RecordBatch) {
 
 #[test]
 fn parquet_has_the_recordings_columns_values_and_units() {
-    let dir = TempDir::new("parquet");
+    let dir = TempDir::new("export-parquet");
     let rec = write_recording(&dir.join("run.arrow"));
     let out = dir.join("run.parquet");
     let done = export_to(&rec, &out, &Options::new(Format::Parquet));
@@ -265,7 +240,7 @@ fn parquet_has_the_recordings_columns_values_and_units() {
 
 #[test]
 fn parquet_and_csv_keep_only_the_kinds_asked_for() {
-    let dir = TempDir::new("kinds");
+    let dir = TempDir::new("export-kinds");
     let rec = write_recording(&dir.join("run.arrow"));
     let rows = kinds_and_times(&rec);
     let mut opts = Options::new(Format::Parquet);
@@ -323,7 +298,7 @@ fn arrow_cast_kinds(a: &dyn Array) -> Vec<String> {
 
 #[test]
 fn csv_has_a_header_of_the_column_names_and_every_row() {
-    let dir = TempDir::new("csv");
+    let dir = TempDir::new("export-csv");
     let rec = write_recording(&dir.join("run.arrow"));
     let out = dir.join("run.csv");
     let done = export_to(&rec, &out, &Options::new(Format::Csv));
@@ -543,7 +518,7 @@ fn check_counters(rec: &Recording, trace: &Value, bin_us: u64) {
 
 #[test]
 fn perfetto_counters_are_the_bin_means_and_bins_end_at_gaps() {
-    let dir = TempDir::new("perfetto");
+    let dir = TempDir::new("export-perfetto");
     let rec = write_recording(&dir.join("run.arrow"));
     let out = dir.join("run.json");
     let done = export_to(&rec, &out, &Options::new(Format::Perfetto));
@@ -635,7 +610,7 @@ fn perfetto_counters_are_the_bin_means_and_bins_end_at_gaps() {
 
 #[test]
 fn perfetto_without_bins_writes_every_sample_and_absolute_time_adds_the_epoch() {
-    let dir = TempDir::new("perfetto0");
+    let dir = TempDir::new("export-perfetto0");
     let rec = write_recording(&dir.join("run.arrow"));
     let mut opts = Options::new(Format::Perfetto);
     opts.bin_us = 0;
@@ -658,7 +633,7 @@ fn perfetto_without_bins_writes_every_sample_and_absolute_time_adds_the_epoch() 
 
 #[test]
 fn export_refuses_the_input_and_names_an_unwritable_output() {
-    let dir = TempDir::new("errors");
+    let dir = TempDir::new("export-errors");
     let input = dir.join("run.arrow");
     let rec = write_recording(&input);
     let before = std::fs::read(&input).unwrap();
@@ -697,7 +672,7 @@ fn railtrace(args: &[&str]) -> (bool, String) {
 
 #[test]
 fn the_command_writes_next_to_the_recording_and_says_why_it_cannot() {
-    let dir = TempDir::new("cli");
+    let dir = TempDir::new("export-cli");
     let input = dir.join("run.arrow");
     let rec = write_recording(&input);
     let path = input.to_str().unwrap();

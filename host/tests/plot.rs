@@ -1,35 +1,14 @@
 //! `railtrace plot`: the decimation against a slow reference, SVG and PNG output from a
 //! recording written here, lines broken at gaps, and the errors.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use railtrace::plot::{self, Bin, Options};
 use railtrace::recording::{self, Event, Meta, Writer};
 
-/// A fresh directory under the system's temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let dir = std::env::temp_dir().join(format!(
-            "railtrace-plot-{name}-{}-{nanos}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+mod common;
+use common::TempDir;
 
 /// SplitMix64: a fixed-seed generator, so the tests see the same data every run.
 struct Rng(u64);
@@ -221,11 +200,11 @@ fn steps_across_the_gap(lines: &[Vec<(f64, f64)>]) -> usize {
 
 #[test]
 fn svg_has_the_legend_and_axes_and_breaks_lines_at_gaps() {
-    let dir = TempDir::new("svg");
-    let arrow = dir.0.join("run.arrow");
+    let dir = TempDir::new("plot-svg");
+    let arrow = dir.join("run.arrow");
     write_recording(&arrow, 0.25, true, true);
     let rec = recording::read(&arrow).unwrap();
-    let svg = dir.0.join("run.svg");
+    let svg = dir.join("run.svg");
     let p = plot::render(&rec, &svg, &Options::default()).unwrap();
     assert_eq!((p.samples, p.gaps, p.edges, p.logger), (25_000, 1, 5, 25));
     let text = std::fs::read_to_string(&svg).unwrap();
@@ -259,11 +238,11 @@ fn svg_has_the_legend_and_axes_and_breaks_lines_at_gaps() {
 fn without_a_gap_row_the_line_goes_on() {
     // The check above sees a line drawn across missing samples: here, the same samples
     // without the gap row give one band and one line per series, and steps across.
-    let dir = TempDir::new("nogap");
-    let arrow = dir.0.join("run.arrow");
+    let dir = TempDir::new("plot-nogap");
+    let arrow = dir.join("run.arrow");
     write_recording(&arrow, 0.25, false, false);
     let rec = recording::read(&arrow).unwrap();
-    let svg = dir.0.join("run.svg");
+    let svg = dir.join("run.svg");
     plot::render(&rec, &svg, &Options::default()).unwrap();
     let lines = data_polylines(&std::fs::read_to_string(&svg).unwrap());
     assert_eq!(lines.len(), 6);
@@ -275,11 +254,11 @@ fn a_load_faster_than_the_columns_is_drawn_as_dots() {
     // A 5 ms period against 2 ms columns: a line through the columns' means would be
     // vertical strokes filling the band; the mean is one mark per column instead. The
     // constant rail keeps its line.
-    let dir = TempDir::new("dots");
-    let arrow = dir.0.join("run.arrow");
+    let dir = TempDir::new("plot-dots");
+    let arrow = dir.join("run.arrow");
     write_recording(&arrow, 0.005, false, false);
     let rec = recording::read(&arrow).unwrap();
-    let svg = dir.0.join("run.svg");
+    let svg = dir.join("run.svg");
     plot::render(&rec, &svg, &Options::default()).unwrap();
     let text = std::fs::read_to_string(&svg).unwrap();
     assert_eq!(data_polylines(&text).len(), 3 + 1, "3 bands and 1 line");
@@ -312,11 +291,11 @@ fn crc32(bytes: &[u8]) -> u32 {
 
 #[test]
 fn png_is_a_whole_png_of_the_size_asked() {
-    let dir = TempDir::new("png");
-    let arrow = dir.0.join("run.arrow");
+    let dir = TempDir::new("plot-png");
+    let arrow = dir.join("run.arrow");
     write_recording(&arrow, 0.25, true, true);
     let rec = recording::read(&arrow).unwrap();
-    let png = dir.0.join("run.png");
+    let png = dir.join("run.png");
     let opts = Options {
         from: Some(0.5),
         to: Some(2.0),
@@ -346,12 +325,12 @@ fn png_is_a_whole_png_of_the_size_asked() {
 
 #[test]
 fn errors_are_one_clear_line() {
-    let dir = TempDir::new("errors");
-    let arrow = dir.0.join("run.arrow");
+    let dir = TempDir::new("plot-errors");
+    let arrow = dir.join("run.arrow");
     write_recording(&arrow, 0.25, false, false);
     let rec = recording::read(&arrow).unwrap();
     let err = |out: &str, opts: Options| {
-        let e = plot::render(&rec, &dir.0.join(out), &opts)
+        let e = plot::render(&rec, &dir.join(out), &opts)
             .unwrap_err()
             .to_string();
         assert!(!e.contains('\n'), "{e}");
@@ -407,7 +386,7 @@ fn errors_are_one_clear_line() {
     assert!(e.contains("100×900 px") && e.contains("640"), "{e}");
 
     // A recording with no samples at all.
-    let empty = dir.0.join("empty.arrow");
+    let empty = dir.join("empty.arrow");
     let meta = recording::read(&arrow).unwrap().meta;
     let mut w = Writer::create(&empty, &meta).unwrap();
     w.event(&Event::Text {
@@ -417,14 +396,14 @@ fn errors_are_one_clear_line() {
     });
     w.finish().unwrap();
     let rec = recording::read(&empty).unwrap();
-    let e = plot::render(&rec, &dir.0.join("e.svg"), &Options::default()).unwrap_err();
+    let e = plot::render(&rec, &dir.join("e.svg"), &Options::default()).unwrap_err();
     assert!(e.to_string().contains("no samples"), "{e}");
 }
 
 #[test]
 fn the_command_plots_and_fails_in_one_line() {
-    let dir = TempDir::new("cli");
-    let arrow = dir.0.join("run.arrow");
+    let dir = TempDir::new("plot-cli");
+    let arrow = dir.join("run.arrow");
     write_recording(&arrow, 0.25, true, true);
     let run = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_railtrace"))
@@ -433,7 +412,7 @@ fn the_command_plots_and_fails_in_one_line() {
             .output()
             .unwrap()
     };
-    let svg = dir.0.join("out.svg");
+    let svg = dir.join("out.svg");
     let o = run(&[
         arrow.to_str().unwrap(),
         "-o",
