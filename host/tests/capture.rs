@@ -469,3 +469,79 @@ fn bad_input_is_refused_in_one_line() {
         );
     }
 }
+
+#[test]
+fn captured_watts_are_the_twins_true_watts_within_its_sensor_errors() {
+    let _g = one_at_a_time();
+    let dir = TempDir::new("capture-truth");
+    let truth = dir.join("truth");
+    std::fs::create_dir_all(&truth).unwrap();
+    let twin = railtrace_twin::Twin::start_with(&railtrace_twin::default_scenario(), Some(&truth))
+        .unwrap();
+    let out = dir.join("truth.arrow");
+    let mut c = config(twin.path(), out.clone(), 2.0);
+    let rig = Path::new(env!("CARGO_MANIFEST_DIR")).join("../hardware/rigs/pcie-2x8pin.toml");
+    c.rig = Some(railtrace::capture::RigFile::read(&rig).unwrap());
+    run(&c);
+    twin.stop().unwrap();
+    // The truth: every rail's true current and voltage at every conversion, by device tick.
+    let file = std::fs::File::open(truth.join("rails.arrow")).unwrap();
+    let rails = ["slot_12v", "slot_3v3", "cable1_12v", "cable2_12v"];
+    let mut by_tick = std::collections::HashMap::new();
+    for b in arrow_ipc::reader::StreamReader::try_new(file, None).unwrap() {
+        let b = b.unwrap();
+        let col = |n: &str| {
+            b.column_by_name(n)
+                .unwrap()
+                .as_any()
+                .downcast_ref::<arrow_array::Float64Array>()
+                .unwrap()
+                .clone()
+        };
+        let ticks = b
+            .column_by_name("device_tick")
+            .unwrap()
+            .as_any()
+            .downcast_ref::<arrow_array::UInt64Array>()
+            .unwrap()
+            .clone();
+        let watts: Vec<_> = rails.iter().map(|r| col(&format!("{r}_power_w"))).collect();
+        for i in 0..b.num_rows() {
+            let w: Vec<f64> = watts.iter().map(|c| c.value(i)).collect();
+            by_tick.insert(ticks.value(i), w);
+        }
+    }
+    let r = recording::read(&out).unwrap();
+    let (mut sum_true, mut sum_got, mut n) = ([0.0; 4], [0.0; 4], 0u64);
+    for rows in r.rows() {
+        let tick = rows.u64("tick");
+        let got: Vec<_> = rails.iter().map(|r| rows.f32(&format!("{r}_w"))).collect();
+        for i in 0..rows.len() {
+            if rows.kind(i) != Kind::Sample {
+                continue;
+            }
+            let Some(truth) = by_tick.get(&tick.value(i)) else {
+                continue;
+            };
+            n += 1;
+            for k in 0..4 {
+                sum_true[k] += truth[k];
+                sum_got[k] += f64::from(got[k].value(i));
+            }
+        }
+    }
+    assert!(n > 150_000, "{n} samples matched to the truth by tick");
+    for k in 0..4 {
+        let (t, g) = (sum_true[k] / n as f64, sum_got[k] / n as f64);
+        // The scenario's sensors: gain errors up to 0.4 % (current) and 0.2 % (voltage),
+        // offsets up to 2 mV at 50 mV/A, i.e. 40 mA, 0.5 W at 12 V. Noise averages out
+        // over 2 s; the 200 kHz filters move energy in time, not its mean.
+        let bound = 0.006 * t + 0.5;
+        eprintln!("{}: captured {g:.3} W, true {t:.3} W, bound {bound:.3} W", rails[k]);
+        assert!(
+            (g - t).abs() <= bound,
+            "{}: captured mean {g:.3} W, true {t:.3} W, bound {bound:.3} W",
+            rails[k]
+        );
+    }
+}

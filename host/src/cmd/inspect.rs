@@ -247,7 +247,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let dir = if line & 0x80 != 0 { "output" } else { "input" };
         println!("edges     line {} ({dir}): {n}", line & 0x7f);
     }
-    for (name, p) in &s.power {
+    let order = rails.iter().map(|r| format!("{r}_w"));
+    for (name, p) in order
+        .chain(["total_w".to_string()])
+        .filter_map(|n| s.power.get(&n).map(|p| (n, p)))
+    {
         println!(
             "power     {name:<16} mean {:>9.3} W  min {:>9.3} W  max {:>9.3} W",
             p.mean_w, p.min_w, p.max_w
