@@ -537,7 +537,10 @@ fn captured_watts_are_the_twins_true_watts_within_its_sensor_errors() {
         // offsets up to 2 mV at 50 mV/A, i.e. 40 mA, 0.5 W at 12 V. Noise averages out
         // over 2 s; the 200 kHz filters move energy in time, not its mean.
         let bound = 0.006 * t + 0.5;
-        eprintln!("{}: captured {g:.3} W, true {t:.3} W, bound {bound:.3} W", rails[k]);
+        eprintln!(
+            "{}: captured {g:.3} W, true {t:.3} W, bound {bound:.3} W",
+            rails[k]
+        );
         assert!(
             (g - t).abs() <= bound,
             "{}: captured mean {g:.3} W, true {t:.3} W, bound {bound:.3} W",
