@@ -3,7 +3,9 @@
 //! ([`import`]).
 pub mod capture;
 pub mod export;
+pub mod gpu;
 pub mod import;
 pub mod plot;
 pub mod recording;
 pub mod transport;
+pub mod trigger;

@@ -1,0 +1,143 @@
+//! The GPU side of a profiling run, behind small traits so that the twin and real GPUs
+//! are interchangeable:
+//! - [`GpuRunner`]: launches kernels (after a random delay, warm-up, single or back-to-back
+//!   trains), records each execution's start and end on the GPU's clock, and reads that
+//!   clock bracketed by host clock reads;
+//! - [`PowerLogger`]: the GPU's own power logger, each reading with its own timestamp and
+//!   the clock that timestamp is on.
+//!
+//! Trigger outputs (the runner's marker to the rig) are in [`crate::trigger`].
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Host time now, ns since the Unix epoch (the host clock every bracket uses).
+pub fn host_now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
+}
+
+/// What went wrong on the GPU side.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    /// No such GPU, driver file or library.
+    #[error("{0}: not found")]
+    NotFound(String),
+    /// Not allowed.
+    #[error("{0}: permission denied")]
+    Permission(String),
+    /// A file or blob is not in the documented layout.
+    #[error("{what}: {why}")]
+    Format {
+        /// The file or blob.
+        what: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// No such kernel.
+    #[error("no kernel {0:?} (this runner has: {1})")]
+    UnknownKernel(String, String),
+    /// Support for this GPU was not built in.
+    #[error("{0}")]
+    Unsupported(String),
+    /// Any other failure, in the driver's words.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// One read of the GPU's clock, bracketed by the host's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockRead {
+    /// Host time just before the read was issued, ns since the Unix epoch.
+    pub host_before_ns: i64,
+    /// The GPU clock's value, ticks.
+    pub gpu_ticks: u64,
+    /// Host time just after the read returned, ns since the Unix epoch.
+    pub host_after_ns: i64,
+}
+
+/// What to run: FinGraV's recipe.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Launch {
+    /// The kernel's name.
+    pub kernel: String,
+    /// The idle delay before the launch is drawn uniformly in this range, s (so that the
+    /// logger's readings land at every offset into the kernel).
+    pub delay_s: (f64, f64),
+    /// Executions run and discarded first (warm-up).
+    pub warmup: u32,
+    /// Executions back to back in the train (1: a single execution).
+    pub count: u32,
+}
+
+/// One kernel execution as the GPU recorded it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExecutionRecord {
+    /// The kernel.
+    pub kernel: String,
+    /// Train number within the run.
+    pub train: u64,
+    /// Position in the back-to-back train, 0-based (warm-up executions included).
+    pub index_in_train: u32,
+    /// Start, GPU clock ticks.
+    pub start_ticks: u64,
+    /// End, GPU clock ticks.
+    pub end_ticks: u64,
+}
+
+/// The clock a logger reading's timestamp is on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Stamp {
+    /// The GPU's clock (the runner's [`GpuRunner::clock_hz`]), ticks.
+    GpuTicks(u64),
+    /// The host's clock when the reading was taken, ns since the Unix epoch.
+    HostNs(i64),
+    /// The logger's own clock (e.g. the firmware timestamp of amdgpu's `gpu_metrics`),
+    /// in its own units at `hz` per second.
+    Own {
+        /// The value.
+        ticks: u64,
+        /// Its rate.
+        hz: f64,
+    },
+}
+
+/// One reading of the GPU's own power logger.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LoggerReading {
+    /// When, on which clock.
+    pub stamp: Stamp,
+    /// Host time at which railtrace got the reading, ns since the Unix epoch.
+    pub host_ns: i64,
+    /// The reported (averaged) power, W.
+    pub power_w: f64,
+    /// The instantaneous power, W, where the logger reports one.
+    pub instant_w: Option<f64>,
+}
+
+/// Runs kernels on a GPU.
+pub trait GpuRunner {
+    /// The GPU, for people.
+    fn describe(&self) -> String;
+    /// The kernels it can run.
+    fn kernels(&self) -> Vec<String>;
+    /// The GPU clock's rate, Hz.
+    fn clock_hz(&self) -> f64;
+    /// Reads the GPU clock between two host clock reads.
+    fn read_clock(&mut self) -> Result<ClockRead, GpuError>;
+    /// Runs one train of `launch`, driving `trigger` high just before the launch and low
+    /// after the train; returns the executions, warm-up included.
+    fn run(
+        &mut self,
+        launch: &Launch,
+        trigger: &mut dyn crate::trigger::TriggerOut,
+    ) -> Result<Vec<ExecutionRecord>, GpuError>;
+}
+
+/// The GPU's own power logger.
+pub trait PowerLogger {
+    /// The logger, for people.
+    fn describe(&self) -> String;
+    /// The readings since the last call, oldest first.
+    fn poll(&mut self) -> Result<Vec<LoggerReading>, GpuError>;
+}

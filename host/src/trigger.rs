@@ -1,0 +1,39 @@
+//! Trigger outputs: the host's marker to the rig's trigger input, driven just before a
+//! launch. The host brackets each edge with its own clock, so the rig's timestamp of the
+//! edge (device ticks) pairs with a host time.
+
+/// An edge the host drove, bracketed by host clock reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Driven {
+    /// The level set.
+    pub high: bool,
+    /// Host time just before the line was set, ns since the Unix epoch.
+    pub host_before_ns: i64,
+    /// Host time just after the call returned, ns since the Unix epoch.
+    pub host_after_ns: i64,
+}
+
+/// What went wrong driving a line.
+#[derive(Debug, thiserror::Error)]
+pub enum TriggerError {
+    /// No such device.
+    #[error("{0}: not found")]
+    NotFound(String),
+    /// Not allowed.
+    #[error("{0}: permission denied")]
+    Permission(String),
+    /// The device cannot drive this line.
+    #[error("{0}")]
+    Unsupported(String),
+    /// Any other failure.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// A line the host can drive.
+pub trait TriggerOut {
+    /// The line, for people.
+    fn describe(&self) -> String;
+    /// Sets the line high or low.
+    fn set(&mut self, high: bool) -> Result<Driven, TriggerError>;
+}
