@@ -270,6 +270,8 @@ const PID: u32 = 1;
 const TID_GAPS: u32 = 2;
 /// Thread (track) of the trigger edges' instant events.
 const TID_EDGES: u32 = 3;
+/// Thread (track) of the kernel executions' slices.
+const TID_KERNELS: u32 = 4;
 /// Thread (track) of the slices of line `n` is `TID_LINES + n`.
 const TID_LINES: u32 = 100;
 
@@ -381,8 +383,11 @@ fn line_name(line: u8) -> String {
 }
 
 /// The columns the Perfetto trace is made of (the rails' watts are added).
-const PERFETTO_COLUMNS: [&str; 9] = [
+const PERFETTO_COLUMNS: [&str; 12] = [
     "time_s",
+    "kernel",
+    "train",
+    "index_in_train",
     "total_w",
     "text",
     "line",
@@ -525,6 +530,19 @@ fn write_perfetto(rec: &impl Source, opts: &Options, file: File) -> Result<Writt
                             &serde_json::json!({ "line": n & 0x7f }),
                         )?;
                     }
+                }
+                Kind::Execution if ts.is_finite() => {
+                    t.thread(TID_KERNELS, "kernels")?;
+                    let dur = Rows::get(r.f64("duration_s"), i).unwrap_or(0.0).max(0.0);
+                    let end = t.ns(ts) + (dur * 1e9).round() as i64;
+                    let train = r.u64("train");
+                    let index = r.column::<arrow_array::UInt32Array>("index_in_train");
+                    let args = serde_json::json!({
+                        "train": Rows::get(train, i),
+                        "index_in_train": Rows::get(index, i),
+                    });
+                    let kernel = r.column::<arrow_array::StringArray>("kernel");
+                    t.slice(TID_KERNELS, kernel.value(i), ts, end, &args)?;
                 }
                 Kind::Logger => {
                     if let Some(w) = Rows::get(r.f64("logger_w"), i) {

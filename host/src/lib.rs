@@ -6,6 +6,7 @@ pub mod export;
 pub mod gpu;
 pub mod import;
 pub mod plot;
+pub mod profile;
 pub mod recording;
 pub mod transport;
 pub mod trigger;

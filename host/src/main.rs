@@ -28,6 +28,8 @@ enum Command {
     Plot(cmd::plot::Args),
     /// Another instrument's traces as a recording.
     Import(cmd::import::Args),
+    /// A profiling run: a kernel many times, the GPU's logger and the rig side by side.
+    Profile(cmd::profile::Args),
     /// The digital twin of the bench.
     Twin(cmd::twin::Args),
 }
@@ -42,6 +44,7 @@ fn main() {
         Command::Export(args) => cmd::export::run(args),
         Command::Plot(args) => cmd::plot::run(args),
         Command::Import(args) => cmd::import::run(args),
+        Command::Profile(args) => cmd::profile::run(args),
         Command::Twin(args) => cmd::twin::run(args),
     };
     if let Err(e) = result {

@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 /// The value of the metadata key `railtrace.format`.
 pub const FORMAT: &str = "railtrace-recording";
 /// The format version this code writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// A record batch is written at least this often.
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(500);
 /// ... or when it has this many rows.
@@ -63,11 +63,20 @@ pub enum Kind {
     Info,
     /// A log line from the device or the host.
     Log,
+    /// A kernel execution as the GPU recorded it (a profiling run).
+    Execution,
+    /// A read of the GPU's clock, bracketed by host clock reads.
+    ClockRead,
+    /// A trigger edge the host drove, bracketed by host clock reads.
+    Driven,
 }
+
+/// Number of kinds.
+pub const KINDS: usize = 11;
 
 impl Kind {
     /// Every kind, in the order of the `kind` column's dictionary.
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; KINDS] = [
         Kind::Sample,
         Kind::Gap,
         Kind::Edge,
@@ -76,6 +85,9 @@ impl Kind {
         Kind::Status,
         Kind::Info,
         Kind::Log,
+        Kind::Execution,
+        Kind::ClockRead,
+        Kind::Driven,
     ];
 
     /// The name in the `kind` column.
@@ -89,6 +101,9 @@ impl Kind {
             Kind::Status => "status",
             Kind::Info => "info",
             Kind::Log => "log",
+            Kind::Execution => "execution",
+            Kind::ClockRead => "clock_read",
+            Kind::Driven => "driven",
         }
     }
 
@@ -216,6 +231,11 @@ pub fn schema(meta: &Meta) -> Schema {
         unit_field("logger_w", D::Float64, "W"),
         unit_field("logger_instant_w", D::Float64, "W"),
         unit_field("text", D::Utf8, ""),
+        unit_field("gpu_ticks", D::UInt64, "gpu tick"),
+        unit_field("gpu_end_ticks", D::UInt64, "gpu tick"),
+        unit_field("train", D::UInt64, ""),
+        unit_field("index_in_train", D::UInt32, ""),
+        unit_field("kernel", D::Utf8, ""),
     ]);
     let json = serde_json::to_string(meta).unwrap_or_default();
     Schema::new(fields).with_metadata(HashMap::from([
@@ -278,6 +298,51 @@ pub enum Event {
         power_w: f64,
         /// The instantaneous power, W, where the logger reports one.
         instant_w: Option<f64>,
+        /// Its timestamp on the GPU's clock, where it has one.
+        gpu_ticks: Option<u64>,
+        /// Its timestamp on the host's clock (ns since the Unix epoch), where it has one.
+        host_ns: Option<i64>,
+    },
+    /// A kernel execution (profiling runs).
+    Execution {
+        /// Its start on the recording's timeline, s (NaN until aligned).
+        time_s: f64,
+        /// The kernel.
+        kernel: String,
+        /// Train number.
+        train: u64,
+        /// Position in the train, 0-based.
+        index_in_train: u32,
+        /// Start, GPU clock ticks.
+        start_ticks: u64,
+        /// End, GPU clock ticks.
+        end_ticks: u64,
+        /// Duration by the GPU's nominal clock rate, s.
+        duration_s: f64,
+    },
+    /// A read of the GPU's clock.
+    ClockRead {
+        /// When, on the recording's timeline, s (the brackets' midpoint).
+        time_s: f64,
+        /// Host time before the read, ns since the Unix epoch.
+        host_before_ns: i64,
+        /// Host time after it, ns since the Unix epoch.
+        host_after_ns: i64,
+        /// The GPU clock's value.
+        gpu_ticks: u64,
+    },
+    /// A trigger edge the host drove.
+    Driven {
+        /// When, on the recording's timeline, s (the brackets' midpoint).
+        time_s: f64,
+        /// The line (of the rig's inputs).
+        line: u8,
+        /// Rising or falling.
+        rising: bool,
+        /// Host time before setting the line, ns since the Unix epoch.
+        host_before_ns: i64,
+        /// Host time after, ns since the Unix epoch.
+        host_after_ns: i64,
     },
     /// Status, info or log text.
     Text {
@@ -341,6 +406,11 @@ struct Columns {
     logger_w: Float64Builder,
     logger_instant_w: Float64Builder,
     text: StringBuilder,
+    gpu_ticks: UInt64Builder,
+    gpu_end_ticks: UInt64Builder,
+    train: UInt64Builder,
+    index_in_train: arrow_array::builder::UInt32Builder,
+    kernel: StringBuilder,
 }
 
 impl Columns {
@@ -363,6 +433,11 @@ impl Columns {
             logger_w: Float64Builder::new(),
             logger_instant_w: Float64Builder::new(),
             text: StringBuilder::new(),
+            gpu_ticks: UInt64Builder::new(),
+            gpu_end_ticks: UInt64Builder::new(),
+            train: UInt64Builder::new(),
+            index_in_train: arrow_array::builder::UInt32Builder::new(),
+            kernel: StringBuilder::new(),
         }
     }
 
@@ -399,6 +474,11 @@ impl Columns {
         self.logger_w.at(n);
         self.logger_instant_w.at(n);
         self.text.at(n);
+        self.gpu_ticks.at(n);
+        self.gpu_end_ticks.at(n);
+        self.train.at(n);
+        self.index_in_train.at(n);
+        self.kernel.at(n);
     }
 
     fn finish(&mut self, kinds: &ArrayRef) -> Result<Vec<ArrayRef>, ArrowError> {
@@ -430,6 +510,13 @@ impl Columns {
             Arc::new(self.logger_w.finish()),
             Arc::new(self.logger_instant_w.finish()),
             Arc::new(self.text.finish()),
+        ]);
+        out.extend::<[ArrayRef; 5]>([
+            Arc::new(self.gpu_ticks.finish()),
+            Arc::new(self.gpu_end_ticks.finish()),
+            Arc::new(self.train.finish()),
+            Arc::new(self.index_in_train.finish()),
+            Arc::new(self.kernel.finish()),
         ]);
         Ok(out)
     }
@@ -589,10 +676,55 @@ impl Writer {
                 time_s,
                 power_w,
                 instant_w,
+                gpu_ticks,
+                host_ns,
             } => {
                 let r = c.begin(Kind::Logger, *time_s);
                 c.logger_w.at(r).append_value(*power_w);
                 c.logger_instant_w.at(r).append_option(*instant_w);
+                c.gpu_ticks.at(r).append_option(*gpu_ticks);
+                c.host_recv_ns.at(r).append_option(*host_ns);
+            }
+            Event::Execution {
+                time_s,
+                kernel,
+                train,
+                index_in_train,
+                start_ticks,
+                end_ticks,
+                duration_s,
+            } => {
+                let r = c.begin(Kind::Execution, *time_s);
+                c.kernel.at(r).append_value(kernel);
+                c.train.at(r).append_value(*train);
+                c.index_in_train.at(r).append_value(*index_in_train);
+                c.gpu_ticks.at(r).append_value(*start_ticks);
+                c.gpu_end_ticks.at(r).append_value(*end_ticks);
+                c.duration_s.at(r).append_value(*duration_s);
+            }
+            Event::ClockRead {
+                time_s,
+                host_before_ns,
+                host_after_ns,
+                gpu_ticks,
+            } => {
+                let r = c.begin(Kind::ClockRead, *time_s);
+                c.host_send_ns.at(r).append_value(*host_before_ns);
+                c.host_recv_ns.at(r).append_value(*host_after_ns);
+                c.gpu_ticks.at(r).append_value(*gpu_ticks);
+            }
+            Event::Driven {
+                time_s,
+                line,
+                rising,
+                host_before_ns,
+                host_after_ns,
+            } => {
+                let r = c.begin(Kind::Driven, *time_s);
+                c.line.at(r).append_value(*line);
+                c.rising.at(r).append_value(*rising);
+                c.host_send_ns.at(r).append_value(*host_before_ns);
+                c.host_recv_ns.at(r).append_value(*host_after_ns);
             }
             Event::Text { kind, time_s, text } => {
                 let r = c.begin(*kind, *time_s);
@@ -1011,7 +1143,7 @@ impl<'a> Rows<'a> {
     }
 
     /// Adds the number of rows of each kind, in [`Kind::ALL`] order, to `n`.
-    pub fn count_kinds(&self, n: &mut [u64; 8]) {
+    pub fn count_kinds(&self, n: &mut [u64; KINDS]) {
         for i in 0..self.len() {
             n[self.kind(i).code() as usize] += 1;
         }
@@ -1066,8 +1198,8 @@ impl Recording {
     }
 
     /// Number of rows of each kind, in [`Kind::ALL`] order.
-    pub fn counts(&self) -> [u64; 8] {
-        let mut n = [0u64; 8];
+    pub fn counts(&self) -> [u64; KINDS] {
+        let mut n = [0u64; KINDS];
         for r in self.rows() {
             r.count_kinds(&mut n);
         }

@@ -28,8 +28,14 @@ TAIL = [
     ("logger_w", pa.float64(), "W"),
     ("logger_instant_w", pa.float64(), "W"),
     ("text", pa.string(), None),
+    ("gpu_ticks", pa.uint64(), "gpu tick"),
+    ("gpu_end_ticks", pa.uint64(), "gpu tick"),
+    ("train", pa.uint64(), None),
+    ("index_in_train", pa.uint32(), None),
+    ("kernel", pa.string(), None),
 ]
-KINDS = {"sample", "gap", "edge", "time_sync", "logger", "status", "info", "log"}
+KINDS = {"sample", "gap", "edge", "time_sync", "logger", "status", "info", "log",
+         "execution", "clock_read", "driven"}
 
 
 def expected_columns(meta):
@@ -59,7 +65,7 @@ def main(argv):
     md = schema.metadata or {}
     assert b"railtrace" in md, f"no railtrace key in the schema metadata: {list(md)}"
     meta = json.loads(md[b"railtrace"])
-    assert meta["version"] == 1, meta["version"]
+    assert meta["version"] == 2, meta["version"]
     for key in (b"railtrace", b"railtrace.format", b"railtrace.export"):
         assert key in pf.metadata.metadata, f"{key} not in the Parquet key-value metadata"
 

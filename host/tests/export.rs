@@ -87,6 +87,8 @@ fn write_recording(path: &Path) -> Recording {
                 time_s: 3e-4,
                 power_w: 42.5,
                 instant_w: Some(40.25),
+                gpu_ticks: Some(123_456),
+                host_ns: None,
             }),
         ),
         (3.5e-4, text(Kind::Status, 3.5e-4, r#"{"a":1,"b":2}"#)),

@@ -159,6 +159,8 @@ fn write_recording(path: &Path, period: f64, gap: bool, logger: bool) {
                 time_s: t,
                 power_w: if busy { 250.0 } else { 70.0 },
                 instant_w: None,
+                gpu_ticks: None,
+                host_ns: None,
             });
         }
         w.maybe_flush().unwrap();

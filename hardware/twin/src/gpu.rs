@@ -855,6 +855,36 @@ pub struct Gpu {
     queue: VecDeque<Item>,
     done: VecDeque<Execution>,
     record: bool,
+    host: Option<std::sync::Arc<std::sync::Mutex<HostLaunches>>>,
+}
+
+/// How long the GPU idles between looks at the host's queue while the host drives it, s
+/// (the most a host launch waits for the GPU to notice it).
+pub const HOST_POLL_S: f64 = 50e-6;
+
+/// Launches asked for by the host (a GPU runner), which then drives the GPU instead of
+/// the scenario's workload: once `active`, the workload stops at the end of its current
+/// step and the GPU idles until a launch is queued.
+#[derive(Debug, Default)]
+pub struct HostLaunches {
+    /// The host drives the GPU.
+    pub active: bool,
+    /// Launches not yet started, oldest first.
+    pub queue: VecDeque<HostLaunch>,
+}
+
+/// One launch asked for by the host.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HostLaunch {
+    /// True time of the host's call, s: the train starts no earlier (plus the launch
+    /// overhead).
+    pub at_s: f64,
+    /// Index of the kernel in the configured list.
+    pub kernel: usize,
+    /// Executions back to back, >= 1.
+    pub count: u32,
+    /// Index of the DVFS level.
+    pub dvfs: usize,
 }
 
 /// Stream of the timeline's generator (see [`crate::random::rng`]).
@@ -966,6 +996,7 @@ impl Gpu {
             queue: VecDeque::new(),
             done: VecDeque::new(),
             record: true,
+            host: None,
         })
     }
 
@@ -1069,7 +1100,51 @@ impl Gpu {
 
     /// Queues the next unit of the workload: an idle step, or one execution (with the
     /// delay and launch overhead before a train's first one).
+    /// Hands control to the host's launches (see [`HostLaunches`]).
+    pub fn set_host_launches(&mut self, host: std::sync::Arc<std::sync::Mutex<HostLaunches>>) {
+        self.host = Some(host);
+    }
+
+    /// Index of the kernel named `name`.
+    pub fn kernel_index(&self, name: &str) -> Option<usize> {
+        self.kernels.iter().position(|k| k.name == name)
+    }
+
+    /// A train the host asked for: from its call (or now, if later), the launch overhead,
+    /// then `count` executions back to back.
+    fn host_train(&mut self, l: HostLaunch) {
+        self.push_idle(l.at_s - self.generated_s);
+        self.train_launch_s = self.generated_s;
+        self.push_idle(self.config.launch_overhead_s);
+        self.train_start_s = self.generated_s;
+        for k in 0..l.count.max(1) {
+            if k > 0 {
+                self.push_idle(self.config.back_to_back_gap_s);
+            }
+            self.execute(l.kernel, k, l.dvfs);
+        }
+        self.train += 1;
+    }
+
     fn generate(&mut self) {
+        if self.in_step == 0 {
+            if let Some(host) = &self.host {
+                let mut h = host.lock().unwrap_or_else(|p| p.into_inner());
+                if h.active {
+                    match h.queue.pop_front() {
+                        Some(l) => {
+                            drop(h);
+                            self.host_train(l);
+                        }
+                        None => {
+                            drop(h);
+                            self.push_idle(HOST_POLL_S);
+                        }
+                    }
+                    return;
+                }
+            }
+        }
         match self.steps[self.step].clone() {
             ResolvedStep::Idle { duration_s } => {
                 self.push_idle(duration_s);

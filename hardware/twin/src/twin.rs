@@ -7,7 +7,7 @@ use std::path::Path;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
-use crate::gpu::{Execution, Gpu};
+use crate::gpu::{ClockConfig, ClockRead, Execution, Gpu, GpuClock, HostLaunch, HostLaunches};
 use crate::logger::{Logger, LoggerSample};
 use crate::mcu::{Hardware, Mcu, McuConfig, TwinError, TwinStats};
 use crate::random::rng;
@@ -37,6 +37,25 @@ pub struct Twin {
     mcu: Mcu,
     outputs: Arc<Mutex<GpuOutputs>>,
     truth: Option<Truth>,
+    t0: Instant,
+    unix_ns_at_t0: i64,
+    host: Arc<Mutex<HostLaunches>>,
+    kernels: Vec<String>,
+    dvfs: Vec<String>,
+    clock: GpuClock,
+    clock_config: ClockConfig,
+    read_rng: Mutex<crate::random::Rng>,
+}
+
+/// Why the host's launch was refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LaunchError {
+    /// No kernel of that name in the scenario.
+    #[error("the scenario has no kernel {0:?} (it has: {1})")]
+    Kernel(String, String),
+    /// No DVFS level of that name.
+    #[error("the scenario has no DVFS level {0:?} (it has: {1})")]
+    Dvfs(String, String),
 }
 
 impl Twin {
@@ -49,6 +68,13 @@ impl Twin {
     /// [`crate::truth`]).
     pub fn start_with(loaded: &Loaded, truth_dir: Option<&Path>) -> Result<Twin, TwinError> {
         let t0 = Instant::now();
+        let unix_ns_at_t0 = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i64);
+        let host = Arc::new(Mutex::new(HostLaunches::default()));
+        let gpu_host = host.clone();
+        let clock = GpuClock::from_config(&loaded.scenario.gpu.clock)
+            .map_err(|e| TwinError::Thread(e.to_string()))?;
         let host_ns = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
             .map(|t| i128::from(t.tv_sec()) * 1_000_000_000 + i128::from(t.tv_nsec()))
             .unwrap_or(0);
@@ -75,8 +101,9 @@ impl Twin {
         };
         let mcu = Mcu::start(config, t0, move || {
             let bad = |e: crate::gpu::ConfigError| TwinError::Thread(e.to_string());
-            let gpu = Gpu::new(s.gpu.clone(), s.kernels.clone(), s.workload.clone(), s.seed)
+            let mut gpu = Gpu::new(s.gpu.clone(), s.kernels.clone(), s.workload.clone(), s.seed)
                 .map_err(bad)?;
+            gpu.set_host_launches(gpu_host);
             let logger = Logger::new(s.logger.clone(), *gpu.clock()).map_err(bad)?;
             let side = Rc::new(RefCell::new((gpu, logger)));
             let feed = side.clone();
@@ -136,7 +163,88 @@ impl Twin {
             mcu,
             outputs,
             truth,
+            t0,
+            unix_ns_at_t0,
+            host,
+            kernels: loaded
+                .scenario
+                .kernels
+                .iter()
+                .map(|k| k.name.clone())
+                .collect(),
+            dvfs: loaded
+                .scenario
+                .gpu
+                .dvfs
+                .iter()
+                .map(|d| d.name.clone())
+                .collect(),
+            clock,
+            clock_config: loaded.scenario.gpu.clock.clone(),
+            read_rng: Mutex::new(rng(loaded.scenario.seed, 0xC10C)),
         })
+    }
+
+    /// The twin's true time now, s since it started.
+    pub fn now_s(&self) -> f64 {
+        self.t0.elapsed().as_secs_f64()
+    }
+
+    /// Host wall-clock time (ns since the Unix epoch) of true time `t_s`.
+    pub fn unix_ns(&self, t_s: f64) -> i64 {
+        self.unix_ns_at_t0 + (t_s * 1e9).round() as i64
+    }
+
+    /// The GPU's timestamp counter.
+    pub fn gpu_clock(&self) -> GpuClock {
+        self.clock
+    }
+
+    /// The kernels of the scenario.
+    pub fn kernels(&self) -> &[String] {
+        &self.kernels
+    }
+
+    /// A host read of the GPU's timestamp counter, issued now, with the scenario's read
+    /// latency and jitter (true times in the result).
+    pub fn read_gpu_clock(&self) -> ClockRead {
+        let c = &self.clock_config;
+        let u =
+            crate::random::uniform(&mut self.read_rng.lock().unwrap_or_else(|p| p.into_inner()));
+        let latency = c.read_latency_s + c.read_jitter_s * u;
+        self.clock
+            .read(self.now_s(), latency, c.read_latch_fraction)
+    }
+
+    /// Launches `count` executions of `kernel` back to back at DVFS level `dvfs` (the
+    /// first level when None), now, as a GPU runner would. From the first call on the host
+    /// drives the GPU: the scenario's workload stops at the end of its current step.
+    /// Returns the true time of the call, s.
+    pub fn launch(&self, kernel: &str, count: u32, dvfs: Option<&str>) -> Result<f64, LaunchError> {
+        let list = |v: &[String]| v.join(", ");
+        let k = self
+            .kernels
+            .iter()
+            .position(|n| n == kernel)
+            .ok_or_else(|| LaunchError::Kernel(kernel.into(), list(&self.kernels)))?;
+        let level = match dvfs {
+            None => 0,
+            Some(d) => self
+                .dvfs
+                .iter()
+                .position(|n| n == d)
+                .ok_or_else(|| LaunchError::Dvfs(d.into(), list(&self.dvfs)))?,
+        };
+        let at_s = self.now_s();
+        let mut h = self.host.lock().unwrap_or_else(|p| p.into_inner());
+        h.active = true;
+        h.queue.push_back(HostLaunch {
+            at_s,
+            kernel: k,
+            count: count.max(1),
+            dvfs: level,
+        });
+        Ok(at_s)
     }
 
     /// The rig's serial port (a stable path to the current pseudo-terminal).

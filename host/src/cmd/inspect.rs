@@ -63,7 +63,7 @@ fn summarise(path: &Path) -> anyhow::Result<(Summary, Vec<String>)> {
     let mut edges = BTreeMap::new();
     let mut energy = 0.0;
     let mut prev: Option<(f64, f64)> = None;
-    let mut counts = [0u64; 8];
+    let mut counts = [0u64; recording::KINDS];
     let mut wanted: Vec<&str> = vec!["time_s", "duration_s", "count", "text", "line"];
     wanted.extend(names.iter().map(String::as_str));
     for batch in r.reopen(Some(&wanted))? {

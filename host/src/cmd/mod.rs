@@ -6,4 +6,5 @@ pub mod import;
 pub mod info;
 pub mod inspect;
 pub mod plot;
+pub mod profile;
 pub mod twin;

@@ -10,6 +10,14 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+pub mod gpu_metrics;
+pub mod hwmon;
+#[cfg(feature = "nvml")]
+pub mod nvml;
+#[cfg(feature = "rocm")]
+pub mod rocm;
+pub mod twin;
+
 /// Host time now, ns since the Unix epoch (the host clock every bracket uses).
 pub fn host_now_ns() -> i64 {
     SystemTime::now()

@@ -311,6 +311,14 @@ pub fn write_recording(
         );
         (a..b).map(|i| run.pmd.power_w(i)).sum::<f64>() / (b - a).max(1) as f64
     };
+    // nvidia-smi's readings carry the host's clock (local time made UTC).
+    let logger = |r: &SmiReading| Event::Logger {
+        time_s: s(r.time_us),
+        power_w: r.power_draw_w,
+        instant_w: r.power_instant_w,
+        gpu_ticks: None,
+        host_ns: Some((r.time_us * 1e3).round() as i64),
+    };
     let mut edges = run.edges_us.iter().peekable();
     let mut smi = run.smi.iter().peekable();
     for (i, (&us, pairs)) in t.iter().zip(&run.pmd.pairs).enumerate() {
@@ -328,11 +336,7 @@ pub fn write_recording(
             });
         }
         while let Some(r) = smi.next_if(|r| r.time_us <= us) {
-            w.event(&Event::Logger {
-                time_s: s(r.time_us),
-                power_w: r.power_draw_w,
-                instant_w: r.power_instant_w,
-            });
+            w.event(&logger(r));
         }
         if let Some(&prev) = i.checked_sub(1).and_then(|p| t.get(p)) {
             if us - prev > 10.0 * median {
@@ -351,11 +355,7 @@ pub fn write_recording(
     }
     // Readings after the meter's last record are kept too (their times tell).
     for r in smi {
-        w.event(&Event::Logger {
-            time_s: s(r.time_us),
-            power_w: r.power_draw_w,
-            instant_w: r.power_instant_w,
-        });
+        w.event(&logger(r));
     }
     w.finish()
 }

@@ -2,6 +2,9 @@
 //! launch. The host brackets each edge with its own clock, so the rig's timestamp of the
 //! edge (device ticks) pairs with a host time.
 
+pub mod gpio;
+pub mod serial;
+
 /// An edge the host drove, bracketed by host clock reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Driven {

@@ -1,0 +1,320 @@
+//! An AMD GPU runner through HIP (the `rocm` feature; the FFI is in the `railtrace-rocm`
+//! crate).
+//!
+//! **Clock.** HIP's host API has no call that returns a GPU timestamp: the device's
+//! wall clock (`hipDeviceAttributeWallClockRate`, not even in HIP 5.2's header) is read
+//! only by device code (`wall_clock64()`), which needs a device compiler; events give
+//! durations (`hipEventElapsedTime`), not timestamps. So the runner's "GPU clock" is the
+//! events' clock, in ns, counted from a reference event: every event's ticks are those of
+//! the previous one plus the elapsed time between them (a chain of short intervals, so
+//! `hipEventElapsedTime`'s f32 ms keeps its resolution). [`GpuRunner::read_clock`]
+//! records an event on the idle stream between two host reads and waits for it: the
+//! event's time lies between them. [`GpuRunner::clock_hz`] is 1e9.
+//!
+//! **Kernels.** hipBLAS is not in Debian 12, and a compute kernel needs a device
+//! compiler, so the runner offers what the runtime runs by itself: `memset`
+//! (`hipMemsetAsync` over [`MEMSET_BYTES`]) and `memcpy` (`hipMemcpyDtoDAsync` of
+//! [`MEMCPY_BYTES`]). The sizes aim at about 200 µs per execution on an MI300X (HBM3,
+//! 5.3 TB/s peak), assuming about 4 TB/s achieved: 768 MiB written, or 384 MiB read plus
+//! 384 MiB written, is about 805 MB of traffic. That rate is an estimate; the recorded
+//! executions give the real durations.
+//!
+//! Each execution is bracketed by events (event i before execution i, one more after the
+//! last), so an execution's end is the next one's start.
+
+use std::time::Duration;
+
+use railtrace_rocm::{DeviceBuffer, Event, HipError, Stream};
+
+use super::{host_now_ns, ClockRead, ExecutionRecord, GpuError, GpuRunner, Launch};
+use crate::trigger::TriggerOut;
+
+/// Bytes one `memset` execution writes.
+pub const MEMSET_BYTES: usize = 768 << 20;
+/// Bytes one `memcpy` execution copies.
+pub const MEMCPY_BYTES: usize = 384 << 20;
+/// The runner's kernels.
+pub const KERNELS: [&str; 2] = ["memset", "memcpy"];
+
+/// Runs `memset` and `memcpy` trains on one HIP device.
+#[derive(Debug)]
+pub struct RocmRunner {
+    device: usize,
+    name: String,
+    stream: Stream,
+    /// The last event whose ticks are known, and those ticks.
+    anchor: (Event, u64),
+    fill: DeviceBuffer,
+    src: DeviceBuffer,
+    dst: DeviceBuffer,
+    train: u64,
+    rng: u64,
+}
+
+impl RocmRunner {
+    /// Opens HIP device `device` (0 if `None`) with the default sizes.
+    pub fn open(device: Option<usize>) -> Result<RocmRunner, GpuError> {
+        RocmRunner::open_sized(device.unwrap_or(0), MEMSET_BYTES, MEMCPY_BYTES)
+    }
+
+    /// Opens HIP device `device`, `memset` writing `memset_bytes` and `memcpy` copying
+    /// `memcpy_bytes` per execution.
+    pub fn open_sized(
+        device: usize,
+        memset_bytes: usize,
+        memcpy_bytes: usize,
+    ) -> Result<RocmRunner, GpuError> {
+        let count = railtrace_rocm::device_count().map_err(|e| error("HIP", e))?;
+        if count == 0 {
+            return Err(GpuError::NotFound(
+                "HIP device (hipGetDeviceCount reports none)".into(),
+            ));
+        }
+        if device >= count {
+            return Err(GpuError::NotFound(format!(
+                "HIP device {device} (of {count})"
+            )));
+        }
+        let what = format!("HIP device {device}");
+        let e = |e| error(&what, e);
+        railtrace_rocm::set_device(device).map_err(e)?;
+        let name = railtrace_rocm::device_name(device).map_err(e)?;
+        let stream = Stream::new().map_err(e)?;
+        let reference = Event::new().map_err(e)?;
+        reference.record(&stream).map_err(e)?;
+        reference.synchronize().map_err(e)?;
+        Ok(RocmRunner {
+            device,
+            name,
+            stream,
+            anchor: (reference, 0),
+            fill: DeviceBuffer::new(memset_bytes).map_err(e)?,
+            src: DeviceBuffer::new(memcpy_bytes).map_err(e)?,
+            dst: DeviceBuffer::new(memcpy_bytes).map_err(e)?,
+            train: 0,
+            rng: (host_now_ns() as u64) | 1,
+        })
+    }
+
+    /// Ticks of `events` (recorded, in stream order, after the anchor and complete); the
+    /// last becomes the anchor.
+    fn ticks(&mut self, events: Vec<Event>) -> Result<Vec<u64>, GpuError> {
+        let mut ticks = Vec::with_capacity(events.len());
+        let mut anchor = None;
+        for event in events {
+            let (prev, prev_ticks) = anchor.as_ref().unwrap_or(&self.anchor);
+            let ms = prev.elapsed_ms(&event).map_err(|e| self.error(e))?;
+            let t = prev_ticks + (f64::from(ms) * 1e6).round().max(0.0) as u64;
+            ticks.push(t);
+            anchor = Some((event, t));
+        }
+        if let Some(a) = anchor {
+            self.anchor = a;
+        }
+        Ok(ticks)
+    }
+
+    /// Queues the train (event i before execution i, one more after the last) and waits
+    /// for it.
+    fn queue(&mut self, events: &[Event], memset: bool) -> Result<(), HipError> {
+        for (i, event) in events.iter().enumerate() {
+            event.record(&self.stream)?;
+            if i + 1 == events.len() {
+                return event.synchronize();
+            }
+            if memset {
+                self.stream.memset(&mut self.fill, i as u8)?;
+            } else {
+                self.stream.memcpy(&mut self.dst, &self.src)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn error(&self, e: HipError) -> GpuError {
+        error(&format!("HIP device {}", self.device), e)
+    }
+}
+
+impl GpuRunner for RocmRunner {
+    fn describe(&self) -> String {
+        format!(
+            "HIP device {} {} (memset {} MiB, memcpy {} MiB; event clock)",
+            self.device,
+            self.name,
+            self.fill.len() >> 20,
+            self.src.len() >> 20
+        )
+    }
+
+    fn kernels(&self) -> Vec<String> {
+        KERNELS.iter().map(|k| k.to_string()).collect()
+    }
+
+    fn clock_hz(&self) -> f64 {
+        1e9
+    }
+
+    fn read_clock(&mut self) -> Result<ClockRead, GpuError> {
+        let event = Event::new().map_err(|e| self.error(e))?;
+        let host_before_ns = host_now_ns();
+        event.record(&self.stream).map_err(|e| self.error(e))?;
+        event.synchronize().map_err(|e| self.error(e))?;
+        let host_after_ns = host_now_ns();
+        let gpu_ticks = self.ticks(vec![event])?[0];
+        Ok(ClockRead {
+            host_before_ns,
+            gpu_ticks,
+            host_after_ns,
+        })
+    }
+
+    fn run(
+        &mut self,
+        launch: &Launch,
+        trigger: &mut dyn TriggerOut,
+    ) -> Result<Vec<ExecutionRecord>, GpuError> {
+        let memset = match launch.kernel.as_str() {
+            "memset" => true,
+            "memcpy" => false,
+            other => return Err(GpuError::UnknownKernel(other.into(), KERNELS.join(", "))),
+        };
+        let n = launch.warmup + launch.count;
+        let events = (0..=n)
+            .map(|_| Event::new())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.error(e))?;
+        self.stream.synchronize().map_err(|e| self.error(e))?;
+        let (lo, hi) = launch.delay_s;
+        let delay = lo + (hi - lo).max(0.0) * unit(&mut self.rng);
+        std::thread::sleep(Duration::from_secs_f64(delay.max(0.0)));
+
+        let name = trigger.describe();
+        let line = |e| GpuError::Other(format!("trigger {name}: {e}"));
+        trigger.set(true).map_err(line)?;
+        let done = self.queue(&events, memset);
+        // The line goes low even when the train failed.
+        let low = trigger.set(false).map_err(line);
+        done.map_err(|e| self.error(e))?;
+        low?;
+
+        let ticks = self.ticks(events)?;
+        let train = self.train;
+        self.train += 1;
+        Ok((0..n)
+            .map(|i| ExecutionRecord {
+                kernel: launch.kernel.clone(),
+                train,
+                index_in_train: i,
+                start_ticks: ticks[i as usize],
+                end_ticks: ticks[i as usize + 1],
+            })
+            .collect())
+    }
+}
+
+/// A uniform draw in `[0, 1)` (xorshift64*: enough to spread launch times).
+fn unit(rng: &mut u64) -> f64 {
+    *rng ^= *rng >> 12;
+    *rng ^= *rng << 25;
+    *rng ^= *rng >> 27;
+    (rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// A HIP error about `what` as a [`GpuError`].
+fn error(what: &str, e: HipError) -> GpuError {
+    if e.is_no_device() {
+        GpuError::NotFound(format!("{what} ({e})"))
+    } else {
+        GpuError::Other(format!("{what}: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trigger::{Driven, TriggerError};
+
+    /// A trigger that only counts edges.
+    #[derive(Debug, Default)]
+    struct Edges(Vec<bool>);
+
+    impl TriggerOut for Edges {
+        fn describe(&self) -> String {
+            "test edges".into()
+        }
+        fn set(&mut self, high: bool) -> Result<Driven, TriggerError> {
+            self.0.push(high);
+            let t = host_now_ns();
+            Ok(Driven {
+                high,
+                host_before_ns: t,
+                host_after_ns: t,
+            })
+        }
+    }
+
+    fn runner() -> Option<RocmRunner> {
+        match RocmRunner::open_sized(0, 64 << 20, 32 << 20) {
+            Ok(r) => Some(r),
+            Err(GpuError::NotFound(what)) => {
+                println!("SKIPPED (no HIP device): {what}: not found");
+                None
+            }
+            Err(e) => panic!("not a clean NotFound: {e}"),
+        }
+    }
+
+    #[test]
+    fn no_device_is_a_clean_not_found_or_the_runner_works() {
+        let Some(mut r) = runner() else { return };
+        println!("{}", r.describe());
+        let a = r.read_clock().unwrap();
+        let b = r.read_clock().unwrap();
+        assert!(a.host_before_ns <= a.host_after_ns && a.host_after_ns <= b.host_before_ns);
+        assert!(a.gpu_ticks <= b.gpu_ticks);
+
+        let mut edges = Edges::default();
+        for kernel in KERNELS {
+            let launch = Launch {
+                kernel: kernel.into(),
+                delay_s: (0.0, 0.001),
+                warmup: 2,
+                count: 5,
+            };
+            let recs = r.run(&launch, &mut edges).unwrap();
+            assert_eq!(recs.len(), 7);
+            assert!(recs
+                .iter()
+                .all(|x| x.start_ticks <= x.end_ticks && x.kernel == kernel));
+            assert!(recs.windows(2).all(|w| w[0].end_ticks == w[1].start_ticks));
+            let last = recs.last().unwrap();
+            println!(
+                "{kernel}: last execution {} ns",
+                last.end_ticks - last.start_ticks
+            );
+        }
+        assert_eq!(edges.0, [true, false, true, false]);
+        let c = r.read_clock().unwrap();
+        assert!(c.gpu_ticks >= b.gpu_ticks);
+        let e = r.run(
+            &Launch {
+                kernel: "gemm".into(),
+                delay_s: (0.0, 0.0),
+                warmup: 0,
+                count: 1,
+            },
+            &mut edges,
+        );
+        assert!(matches!(e, Err(GpuError::UnknownKernel(..))));
+    }
+
+    #[test]
+    fn draws_spread_over_the_unit_interval() {
+        let mut rng = 1;
+        let draws: Vec<f64> = (0..1000).map(|_| unit(&mut rng)).collect();
+        assert!(draws.iter().all(|u| (0.0..1.0).contains(u)));
+        let mean = draws.iter().sum::<f64>() / 1000.0;
+        assert!((mean - 0.5).abs() < 0.05, "mean {mean}");
+    }
+}

@@ -1,0 +1,211 @@
+//! The twin's GPU as a [`GpuRunner`], its power logger as a [`PowerLogger`], and the
+//! twin's trigger input as a [`TriggerOut`]: the same traits a real GPU implements, so
+//! that a profiling run on the twin exercises the same code as one on hardware.
+//!
+//! Host times come from the twin's own mapping of its true time to the host's clock
+//! ([`Twin::unix_ns`]), so that every bracket is on one host timeline.
+
+use std::cell::RefCell;
+use std::time::{Duration, Instant};
+
+use railtrace_twin::logger::Stamp as TwinStamp;
+use railtrace_twin::Twin;
+
+use super::{
+    ClockRead, ExecutionRecord, GpuError, GpuRunner, Launch, LoggerReading, PowerLogger, Stamp,
+};
+use crate::trigger::{Driven, TriggerError, TriggerOut};
+
+/// The twin's GPU side, shared by its runner and logger: both draw on the twin's one
+/// output queue.
+#[derive(Debug)]
+pub struct TwinGpu<'a> {
+    twin: &'a Twin,
+    pending: RefCell<railtrace_twin::twin::GpuOutputs>,
+}
+
+impl<'a> TwinGpu<'a> {
+    /// The GPU side of `twin`.
+    pub fn new(twin: &'a Twin) -> TwinGpu<'a> {
+        TwinGpu {
+            twin,
+            pending: RefCell::default(),
+        }
+    }
+
+    fn pump(&self) {
+        let o = self.twin.take_outputs();
+        let mut p = self.pending.borrow_mut();
+        p.logger.extend(o.logger);
+        p.executions.extend(o.executions);
+        p.dropped += o.dropped;
+    }
+
+    /// The runner.
+    pub fn runner(&'a self, seed: u64) -> TwinRunner<'a> {
+        TwinRunner {
+            gpu: self,
+            rng: seed | 1,
+        }
+    }
+
+    /// The logger.
+    pub fn logger(&'a self) -> TwinLogger<'a> {
+        TwinLogger { gpu: self }
+    }
+}
+
+/// The twin's GPU, run by the host.
+#[derive(Debug)]
+pub struct TwinRunner<'a> {
+    gpu: &'a TwinGpu<'a>,
+    rng: u64,
+}
+
+impl TwinRunner<'_> {
+    /// Uniform in [0, 1) (xorshift64*; the delays need no more).
+    fn uniform(&mut self) -> f64 {
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        (self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+impl GpuRunner for TwinRunner<'_> {
+    fn describe(&self) -> String {
+        "the twin's GPU".into()
+    }
+
+    fn kernels(&self) -> Vec<String> {
+        self.gpu.twin.kernels().to_vec()
+    }
+
+    fn clock_hz(&self) -> f64 {
+        self.gpu.twin.gpu_clock().rate_hz()
+    }
+
+    fn read_clock(&mut self) -> Result<ClockRead, GpuError> {
+        let twin = self.gpu.twin;
+        let r = twin.read_gpu_clock();
+        Ok(ClockRead {
+            host_before_ns: twin.unix_ns(r.issue_s),
+            gpu_ticks: r.ticks,
+            host_after_ns: twin.unix_ns(r.return_s),
+        })
+    }
+
+    fn run(
+        &mut self,
+        launch: &Launch,
+        trigger: &mut dyn TriggerOut,
+    ) -> Result<Vec<ExecutionRecord>, GpuError> {
+        let twin = self.gpu.twin;
+        let (lo, hi) = launch.delay_s;
+        std::thread::sleep(Duration::from_secs_f64(
+            (lo + (hi - lo) * self.uniform()).max(0.0),
+        ));
+        let count = launch.warmup + launch.count.max(1);
+        let other = |e: TriggerError| GpuError::Other(e.to_string());
+        trigger.set(true).map_err(other)?;
+        let at_s = twin
+            .launch(&launch.kernel, count, None)
+            .map_err(|e| GpuError::UnknownKernel(launch.kernel.clone(), e.to_string()))?;
+        // Wait for the train's last execution to have run in the twin's real time.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut train = Vec::new();
+        while train.len() < count as usize {
+            if Instant::now() > deadline {
+                return Err(GpuError::Other(format!(
+                    "the twin ran {} of {count} executions within 5 s",
+                    train.len()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+            self.gpu.pump();
+            let mut p = self.gpu.pending.borrow_mut();
+            while let Some(i) = p.executions.iter().position(|e| e.launch_s >= at_s) {
+                if let Some(e) = p.executions.remove(i) {
+                    train.push(e);
+                }
+            }
+            // Executions of the scenario's own workload, before the host took over.
+            p.executions.retain(|e| e.launch_s >= at_s);
+        }
+        trigger.set(false).map_err(other)?;
+        let clock = twin.gpu_clock();
+        let name = |k: usize| twin.kernels().get(k).cloned().unwrap_or_default();
+        Ok(train
+            .into_iter()
+            .map(|e| ExecutionRecord {
+                kernel: name(e.kernel),
+                train: e.train,
+                index_in_train: e.index_in_train,
+                start_ticks: clock.ticks_at(e.start_s),
+                end_ticks: clock.ticks_at(e.end_s),
+            })
+            .collect())
+    }
+}
+
+/// The twin GPU's power logger.
+#[derive(Debug)]
+pub struct TwinLogger<'a> {
+    gpu: &'a TwinGpu<'a>,
+}
+
+impl PowerLogger for TwinLogger<'_> {
+    fn describe(&self) -> String {
+        "the twin GPU's power logger".into()
+    }
+
+    fn poll(&mut self) -> Result<Vec<LoggerReading>, GpuError> {
+        self.gpu.pump();
+        let twin = self.gpu.twin;
+        let host_ns = twin.unix_ns(twin.now_s());
+        let mut p = self.gpu.pending.borrow_mut();
+        Ok(p.logger
+            .drain(..)
+            .map(|l| LoggerReading {
+                stamp: match l.stamp {
+                    TwinStamp::GpuTicks(t) => Stamp::GpuTicks(t),
+                    TwinStamp::HostRead { read_s } => Stamp::HostNs(twin.unix_ns(read_s)),
+                },
+                host_ns,
+                power_w: l.power_w,
+                instant_w: None,
+            })
+            .collect())
+    }
+}
+
+/// A line into the twin rig's trigger input, as a USB-UART or GPIO line would drive it.
+#[derive(Debug)]
+pub struct TwinTrigger<'a> {
+    twin: &'a Twin,
+    line: u8,
+}
+
+impl<'a> TwinTrigger<'a> {
+    /// Drives input `line` of the twin's rig.
+    pub fn new(twin: &'a Twin, line: u8) -> TwinTrigger<'a> {
+        TwinTrigger { twin, line }
+    }
+}
+
+impl TriggerOut for TwinTrigger<'_> {
+    fn describe(&self) -> String {
+        format!("the twin rig's trigger input {}", self.line)
+    }
+
+    fn set(&mut self, high: bool) -> Result<Driven, TriggerError> {
+        let before = self.twin.unix_ns(self.twin.now_s());
+        self.twin.trigger(self.line, high);
+        let after = self.twin.unix_ns(self.twin.now_s());
+        Ok(Driven {
+            high,
+            host_before_ns: before,
+            host_after_ns: after,
+        })
+    }
+}

@@ -1,0 +1,219 @@
+//! Profiling runs: FinGraV's recipe on a GPU beside the rig. The GPU side of a run (each
+//! execution on the GPU's clock, the GPU clock read between host clock reads, every
+//! trigger edge the host drove, the GPU logger's readings) goes into a recording of its
+//! own; the rig's capture of the same run into another. The analysis aligns the three
+//! clocks and stitches both power traces onto the kernel's time axis.
+
+use std::path::{Path, PathBuf};
+
+use crate::gpu::{host_now_ns, ExecutionRecord, GpuError, GpuRunner, Launch, PowerLogger, Stamp};
+use crate::recording::{Event, Meta, RecordingError, Writer, FORMAT_VERSION};
+use crate::trigger::{Driven, TriggerError, TriggerOut};
+
+/// Why a profiling run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    /// The GPU.
+    #[error(transparent)]
+    Gpu(#[from] GpuError),
+    /// The recording.
+    #[error(transparent)]
+    Recording(#[from] RecordingError),
+}
+
+/// What to run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// The kernel, its delay, warm-up and train length.
+    pub launch: Launch,
+    /// Trains to run.
+    pub runs: usize,
+    /// GPU clock reads around each train.
+    pub clock_reads: usize,
+    /// The rig's trigger input the trigger output is wired to.
+    pub trigger_line: u8,
+}
+
+/// What a run produced.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Acquired {
+    /// Trains run.
+    pub runs: usize,
+    /// Executions recorded, warm-up included.
+    pub executions: usize,
+    /// Logger readings.
+    pub logger_readings: usize,
+    /// GPU clock reads.
+    pub clock_reads: usize,
+    /// Trigger edges driven.
+    pub driven: usize,
+}
+
+/// A trigger output that remembers the edges it drove.
+struct Recorded<'a> {
+    inner: &'a mut dyn TriggerOut,
+    driven: Vec<Driven>,
+}
+
+impl TriggerOut for Recorded<'_> {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    fn set(&mut self, high: bool) -> Result<Driven, TriggerError> {
+        let d = self.inner.set(high)?;
+        self.driven.push(d);
+        Ok(d)
+    }
+}
+
+/// The GPU side of a profiling run, written as it goes.
+#[derive(Debug)]
+struct Out {
+    w: Writer,
+    epoch_ns: i64,
+    hz: f64,
+    n: Acquired,
+}
+
+impl Out {
+    fn host_s(&self, ns: i64) -> f64 {
+        (ns - self.epoch_ns) as f64 * 1e-9
+    }
+
+    fn clock(&mut self, runner: &mut dyn GpuRunner, reads: usize) -> Result<(), ProfileError> {
+        for _ in 0..reads {
+            let r = runner.read_clock()?;
+            let mid = r.host_before_ns + (r.host_after_ns - r.host_before_ns) / 2;
+            self.w.event(&Event::ClockRead {
+                time_s: self.host_s(mid),
+                host_before_ns: r.host_before_ns,
+                host_after_ns: r.host_after_ns,
+                gpu_ticks: r.gpu_ticks,
+            });
+            self.n.clock_reads += 1;
+        }
+        Ok(())
+    }
+
+    fn logger(&mut self, logger: &mut dyn PowerLogger) -> Result<(), ProfileError> {
+        for r in logger.poll()? {
+            let (gpu_ticks, host_ns) = match r.stamp {
+                Stamp::GpuTicks(t) => (Some(t), None),
+                Stamp::HostNs(ns) => (None, Some(ns)),
+                Stamp::Own { .. } => (None, None),
+            };
+            self.w.event(&Event::Logger {
+                time_s: host_ns.map_or(f64::NAN, |ns| self.host_s(ns)),
+                power_w: r.power_w,
+                instant_w: r.instant_w,
+                gpu_ticks,
+                host_ns,
+            });
+            self.n.logger_readings += 1;
+        }
+        Ok(())
+    }
+
+    fn train(&mut self, execs: &[ExecutionRecord], driven: &[Driven], line: u8) {
+        for d in driven {
+            let mid = d.host_before_ns + (d.host_after_ns - d.host_before_ns) / 2;
+            self.w.event(&Event::Driven {
+                time_s: self.host_s(mid),
+                line,
+                rising: d.high,
+                host_before_ns: d.host_before_ns,
+                host_after_ns: d.host_after_ns,
+            });
+            self.n.driven += 1;
+        }
+        for e in execs {
+            self.w.event(&Event::Execution {
+                time_s: f64::NAN,
+                kernel: e.kernel.clone(),
+                train: e.train,
+                index_in_train: e.index_in_train,
+                start_ticks: e.start_ticks,
+                end_ticks: e.end_ticks,
+                duration_s: e.end_ticks.saturating_sub(e.start_ticks) as f64 / self.hz,
+            });
+            self.n.executions += 1;
+        }
+    }
+}
+
+/// Runs `plan` on `runner`, driving `trigger` at each launch and polling `logger`, into
+/// the recording `output`; `settings` goes into its metadata beside the plan. Calls
+/// `progress` after each train.
+pub fn acquire(
+    runner: &mut dyn GpuRunner,
+    logger: &mut dyn PowerLogger,
+    trigger: &mut dyn TriggerOut,
+    plan: &Plan,
+    output: &Path,
+    settings: serde_json::Value,
+    mut progress: impl FnMut(&Acquired),
+) -> Result<Acquired, ProfileError> {
+    let kernels = runner.kernels();
+    if !kernels.contains(&plan.launch.kernel) {
+        return Err(GpuError::UnknownKernel(plan.launch.kernel.clone(), kernels.join(", ")).into());
+    }
+    let epoch_ns = host_now_ns();
+    let hz = runner.clock_hz();
+    let l = &plan.launch;
+    let line = plan.trigger_line;
+    let meta = Meta {
+        version: FORMAT_VERSION,
+        source: format!("profile {} on {}", l.kernel, runner.describe()),
+        epoch_utc_ns: epoch_ns,
+        timebase: "host clock (UTC); executions are on the GPU's clock until aligned".into(),
+        rails: Vec::new(),
+        code_channels: Vec::new(),
+        device: None,
+        rig: None,
+        settings: Some(serde_json::json!({
+            "kernel": l.kernel,
+            "runs": plan.runs,
+            "warmup": l.warmup,
+            "count": l.count,
+            "delay_s": [l.delay_s.0, l.delay_s.1],
+            "gpu": runner.describe(),
+            "gpu_clock_hz": hz,
+            "logger": logger.describe(),
+            "trigger": trigger.describe(),
+            "trigger_line": line,
+            "more": settings,
+        })),
+    };
+    let mut out = Out {
+        w: Writer::create(output, &meta)?,
+        epoch_ns,
+        hz,
+        n: Acquired::default(),
+    };
+    out.clock(runner, plan.clock_reads)?;
+    for _ in 0..plan.runs {
+        let mut rec = Recorded {
+            inner: &mut *trigger,
+            driven: Vec::new(),
+        };
+        let execs = runner.run(l, &mut rec)?;
+        let driven = rec.driven;
+        out.train(&execs, &driven, line);
+        out.clock(runner, plan.clock_reads)?;
+        out.logger(logger)?;
+        out.n.runs += 1;
+        out.w.maybe_flush()?;
+        progress(&out.n);
+    }
+    // The logger reports a window after the last kernel: wait for it.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    out.logger(logger)?;
+    let n = out.n.clone();
+    out.w.finish()?;
+    Ok(n)
+}
+
+/// The rig recording beside a profile: `profile.arrow` → `profile.rig.arrow`.
+pub fn rig_path(profile: &Path) -> PathBuf {
+    profile.with_extension("rig.arrow")
+}
