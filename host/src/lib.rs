@@ -1,6 +1,7 @@
 //! The railtrace host library: talking to a rig ([`transport`]), capturing its stream
 //! ([`capture`]) into a [`recording`], and importing other instruments' traces
 //! ([`import`]).
+pub mod analysis;
 pub mod capture;
 pub mod export;
 pub mod gpu;

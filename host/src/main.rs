@@ -30,6 +30,8 @@ enum Command {
     Import(cmd::import::Args),
     /// A profiling run: a kernel many times, the GPU's logger and the rig side by side.
     Profile(cmd::profile::Args),
+    /// The analysis of a profiling run: clocks aligned, executions binned, profiles stitched.
+    Report(cmd::report::Args),
     /// The digital twin of the bench.
     Twin(cmd::twin::Args),
 }
@@ -45,6 +47,7 @@ fn main() {
         Command::Plot(args) => cmd::plot::run(args),
         Command::Import(args) => cmd::import::run(args),
         Command::Profile(args) => cmd::profile::run(args),
+        Command::Report(args) => cmd::report::run(args),
         Command::Twin(args) => cmd::twin::run(args),
     };
     if let Err(e) = result {

@@ -7,4 +7,5 @@ pub mod info;
 pub mod inspect;
 pub mod plot;
 pub mod profile;
+pub mod report;
 pub mod twin;

@@ -1,0 +1,453 @@
+//! The analysis of a profiling run: three clocks aligned to the host's, executions binned
+//! by duration, and the GPU logger's readings and the rig's samples stitched onto the
+//! kernel's time axis (FinGraV). The mathematics is `railtrace-calibration`'s; this
+//! module reads the two recordings and puts the pieces together.
+
+use std::path::Path;
+
+use arrow_array::{BooleanArray, Float32Array, Int64Array, UInt32Array, UInt8Array};
+use railtrace_calibration::align::{fit_brackets, fit_pairs, Bracket, Fit};
+use railtrace_calibration::binning::{cluster, fixed_margin, Bin, Clusters};
+use railtrace_calibration::stitch::{
+    assign, classify, energy_trapezoid, profile, Execution, Policy, ProfileBin, Reading, Regime,
+    TrainPosition,
+};
+use serde::Serialize;
+
+use crate::recording::{self, Kind, Recording, RecordingError, Rows};
+
+/// Why a run could not be analysed.
+#[derive(Debug, thiserror::Error)]
+pub enum AnalysisError {
+    /// A recording.
+    #[error(transparent)]
+    Recording(#[from] RecordingError),
+    /// The recordings do not hold what the analysis needs.
+    #[error("{0}")]
+    Missing(String),
+    /// A step of the mathematics refused its input.
+    #[error("{0}")]
+    Math(String),
+}
+
+/// How to analyse.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Options {
+    /// Width of the stitched profiles' time bins, s.
+    pub bin_s: f64,
+    /// Readings up to this long after an execution's start belong to it, s (a windowed
+    /// logger's reading holds a kernel's energy up to a window after it ended).
+    pub horizon_s: f64,
+    /// Confidence of the intervals.
+    pub confidence: f64,
+    /// Fraction of the tightest GPU clock brackets the GPU↔host fit keeps.
+    pub keep_brackets: f64,
+    /// FinGraV's fixed margin around the median duration, reported beside the clustering.
+    pub margin: f64,
+    /// Executions started within this long of their train's first start are SSE, s.
+    pub settle_s: f64,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            bin_s: 20e-6,
+            horizon_s: 2.5e-3,
+            confidence: 0.95,
+            keep_brackets: 0.2,
+            margin: 0.03,
+            settle_s: 10e-3,
+        }
+    }
+}
+
+/// One clock link, for people and scripts.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Link {
+    /// Offset at the reference point, s.
+    pub offset_s: f64,
+    /// Rate error of the other clock against the host's, ppm.
+    pub rate_error_ppm: f64,
+    /// RMS of the residuals, s.
+    pub rms_s: f64,
+    /// Observations used.
+    pub used: usize,
+    /// Outliers dropped.
+    pub outliers: usize,
+    /// Residuals, s (every observation).
+    pub residuals_s: Vec<f64>,
+}
+
+fn link(fit: &Fit) -> Link {
+    Link {
+        offset_s: fit.map.offset,
+        // The fit maps the other clock to host time: slope = 1 / (1 + error).
+        rate_error_ppm: (1.0 / fit.map.slope - 1.0) * 1e6,
+        rms_s: fit.rms_s,
+        used: fit.inliers,
+        outliers: fit.outliers.len(),
+        residuals_s: fit.residuals.clone(),
+    }
+}
+
+/// One execution on the host's timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Aligned {
+    /// Start, host s since the profile's epoch.
+    pub start_s: f64,
+    /// End, host s.
+    pub end_s: f64,
+    /// Duration on the GPU's clock, s.
+    pub duration_s: f64,
+    /// Train number.
+    pub train: u64,
+    /// Position in the train.
+    pub index_in_train: u32,
+    /// Kept by the duration clustering.
+    pub kept: bool,
+    /// Steady-state execution (SSE) or steady-state power (SSP).
+    pub ssp: bool,
+    /// Energy from the rig's samples over [start, end], J.
+    pub rig_energy_j: f64,
+}
+
+/// One bin of a stitched profile.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Point {
+    /// Bin start, s after the execution's start.
+    pub lo_s: f64,
+    /// Bin end, s.
+    pub hi_s: f64,
+    /// Readings in it.
+    pub n: usize,
+    /// Their mean, W.
+    pub mean_w: f64,
+    /// Their standard deviation, W.
+    pub std_w: f64,
+    /// Half-width of the mean's confidence interval, W.
+    pub ci_half_w: f64,
+}
+
+fn points(bins: &[ProfileBin]) -> Vec<Point> {
+    bins.iter()
+        .map(|b| Point {
+            lo_s: b.lo,
+            hi_s: b.hi,
+            n: b.n,
+            mean_w: b.mean_w,
+            std_w: b.std_w,
+            ci_half_w: b.ci_half_w,
+        })
+        .collect()
+}
+
+/// The result.
+#[derive(Debug, Clone, Serialize)]
+pub struct Analysis {
+    /// Device (rig) clock → host.
+    pub device: Link,
+    /// GPU clock → host.
+    pub gpu: Link,
+    /// The executions.
+    pub executions: Vec<Aligned>,
+    /// Duration clusters (the dominant one is kept).
+    pub clusters: Vec<(f64, f64, usize)>,
+    /// FinGraV's fixed-margin bin on the same durations: (lo, hi, kept).
+    pub fixed_margin: (f64, f64, usize),
+    /// The logger's stitched profile.
+    pub logger: Vec<Point>,
+    /// The rig's stitched profile (total power).
+    pub rig: Vec<Point>,
+    /// Mean rig energy per kept execution, J.
+    pub rig_energy_j: f64,
+    /// The options used.
+    pub options: Options,
+}
+
+/// What the analysis reads from the profile recording.
+#[derive(Debug, Default)]
+struct GpuSide {
+    epoch_ns: i64,
+    hz: f64,
+    line: u8,
+    /// (start ticks, end ticks, train, index in train).
+    executions: Vec<(u64, u64, u64, u32)>,
+    brackets: Vec<Bracket>,
+    /// (rising, host mid s).
+    driven: Vec<(bool, f64)>,
+    /// (gpu ticks or host s, power).
+    logger: Vec<(Result<u64, f64>, f64)>,
+}
+
+fn gpu_side(r: &Recording) -> Result<GpuSide, AnalysisError> {
+    let settings = r.meta.settings.clone().unwrap_or_default();
+    let hz = settings["gpu_clock_hz"].as_f64().ok_or_else(|| {
+        AnalysisError::Missing(format!(
+            "{}: not a profile (no gpu_clock_hz in its settings)",
+            r.path.display()
+        ))
+    })?;
+    let mut g = GpuSide {
+        epoch_ns: r.meta.epoch_utc_ns,
+        hz,
+        line: settings["trigger_line"].as_u64().unwrap_or(0) as u8,
+        ..GpuSide::default()
+    };
+    let s = |ns: i64| (ns - g.epoch_ns) as f64 * 1e-9;
+    for rows in r.rows() {
+        let (send, recv) = (
+            rows.column::<Int64Array>("host_send_ns"),
+            rows.column::<Int64Array>("host_recv_ns"),
+        );
+        let (ticks, end) = (rows.u64("gpu_ticks"), rows.u64("gpu_end_ticks"));
+        let rising = rows.column::<BooleanArray>("rising");
+        for i in 0..rows.len() {
+            match rows.kind(i) {
+                Kind::Execution => g.executions.push((
+                    ticks.value(i),
+                    end.value(i),
+                    rows.u64("train").value(i),
+                    rows.column::<UInt32Array>("index_in_train").value(i),
+                )),
+                Kind::ClockRead => g.brackets.push(Bracket {
+                    before: s(send.value(i)),
+                    reading: ticks.value(i) as f64 / hz,
+                    after: s(recv.value(i)),
+                }),
+                Kind::Driven => {
+                    let mid = send.value(i) + (recv.value(i) - send.value(i)) / 2;
+                    g.driven.push((rising.value(i), s(mid)));
+                }
+                Kind::Logger => {
+                    let w = rows.f64("logger_w").value(i);
+                    match (Rows::get(ticks, i), Rows::get(recv, i)) {
+                        (Some(t), _) => g.logger.push((Ok(t), w)),
+                        (None, Some(ns)) => g.logger.push((Err(s(ns)), w)),
+                        _ => {}
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(g)
+}
+
+/// What the analysis reads from the rig's recording.
+#[derive(Debug, Default)]
+struct RigSide {
+    /// (rising, device s, coarse host s since the profile's epoch).
+    edges: Vec<(bool, f64, f64)>,
+    /// (device s, total W).
+    samples: Vec<(f64, f32)>,
+}
+
+fn rig_side(r: &Recording, line: u8, epoch_ns: i64) -> Result<RigSide, AnalysisError> {
+    let tick_hz = r
+        .meta
+        .device
+        .as_ref()
+        .and_then(|d| d["tick_hz"].as_f64())
+        .ok_or_else(|| {
+            AnalysisError::Missing(format!(
+                "{}: not a rig capture (no device tick rate)",
+                r.path.display()
+            ))
+        })?;
+    let shift = (r.meta.epoch_utc_ns - epoch_ns) as f64 * 1e-9;
+    let mut rig = RigSide::default();
+    for rows in r.rows() {
+        let (tick, time) = (rows.u64("tick"), rows.f64("time_s"));
+        let total = rows.column::<Float32Array>("total_w");
+        let (lines, rising) = (
+            rows.column::<UInt8Array>("line"),
+            rows.column::<BooleanArray>("rising"),
+        );
+        for i in 0..rows.len() {
+            match rows.kind(i) {
+                Kind::Sample => {
+                    if let (Some(t), Some(w)) = (Rows::get(tick, i), Rows::get(total, i)) {
+                        rig.samples.push((t as f64 / tick_hz, w));
+                    }
+                }
+                Kind::Edge if lines.value(i) == line => rig.edges.push((
+                    rising.value(i),
+                    tick.value(i) as f64 / tick_hz,
+                    time.value(i) + shift,
+                )),
+                _ => {}
+            }
+        }
+    }
+    Ok(rig)
+}
+
+/// Pairs each driven edge with the rig's edge of the same sense nearest to it on the
+/// coarse timeline (the capture's time-sync anchor), within `window` s.
+fn pair_edges(driven: &[(bool, f64)], rig: &[(bool, f64, f64)], window: f64) -> Vec<(f64, f64)> {
+    let mut pairs = Vec::new();
+    for &(up, host) in driven {
+        let best = rig
+            .iter()
+            .filter(|e| e.0 == up && (e.2 - host).abs() < window)
+            .min_by(|a, b| (a.2 - host).abs().total_cmp(&(b.2 - host).abs()));
+        if let Some(e) = best {
+            pairs.push((e.1, host));
+        }
+    }
+    pairs
+}
+
+/// Analyses the profile recording `profile` and the rig's capture `rig` of the same run.
+pub fn analyse(
+    profile_path: &Path,
+    rig_path: &Path,
+    o: &Options,
+) -> Result<Analysis, AnalysisError> {
+    let math = |e: &dyn std::fmt::Display| AnalysisError::Math(e.to_string());
+    let g = gpu_side(&recording::read(profile_path)?)?;
+    let rig = rig_side(&recording::read(rig_path)?, g.line, g.epoch_ns)?;
+    if g.executions.is_empty() {
+        return Err(AnalysisError::Missing(format!(
+            "{}: no executions",
+            profile_path.display()
+        )));
+    }
+    // Device ↔ host, from the trigger edges; GPU ↔ host, from the bracketed reads.
+    let pairs = pair_edges(&g.driven, &rig.edges, 5e-3);
+    let device = fit_pairs(&pairs).map_err(|e| {
+        AnalysisError::Math(format!(
+            "device↔host from {} of {} trigger edges paired: {e}",
+            pairs.len(),
+            g.driven.len()
+        ))
+    })?;
+    let gpu = fit_brackets(&g.brackets, o.keep_brackets).map_err(|e| {
+        AnalysisError::Math(format!(
+            "GPU↔host from {} clock reads: {e}",
+            g.brackets.len()
+        ))
+    })?;
+    let to_host = |ticks: u64| gpu.map.apply(ticks as f64 / g.hz);
+    // Executions, binned by duration; SSE and SSP told apart.
+    let execs: Vec<Execution> = g
+        .executions
+        .iter()
+        .map(|e| Execution {
+            start: to_host(e.0),
+            end: to_host(e.1),
+        })
+        .collect();
+    let durations: Vec<f64> = g
+        .executions
+        .iter()
+        .map(|e| e.1.saturating_sub(e.0) as f64 / g.hz)
+        .collect();
+    let clusters: Clusters = cluster(&durations, (durations.len() / 50).max(3));
+    let fixed: Bin = fixed_margin(&durations, o.margin);
+    let kept: Vec<bool> = {
+        let mut k = vec![false; durations.len()];
+        if let Some(c) = clusters.dominant() {
+            for &i in &c.indices {
+                k[i] = true;
+            }
+        }
+        k
+    };
+    let mut train_start = std::collections::HashMap::new();
+    for (e, x) in g.executions.iter().zip(&execs) {
+        let s = train_start.entry(e.2).or_insert(x.start);
+        *s = s.min(x.start);
+    }
+    let positions: Vec<TrainPosition> = g
+        .executions
+        .iter()
+        .zip(&execs)
+        .map(|(e, x)| TrainPosition {
+            index_in_train: e.3,
+            since_train_start_s: x.start - train_start[&e.2],
+        })
+        .collect();
+    let regimes = classify(&positions, o.settle_s);
+    // The rig's samples on the host's timeline.
+    let (rig_t, rig_w): (Vec<f64>, Vec<f64>) = rig
+        .samples
+        .iter()
+        .map(|&(d, w)| (device.map.apply(d), f64::from(w)))
+        .unzip();
+    let kept_execs: Vec<Execution> = execs
+        .iter()
+        .zip(&kept)
+        .filter(|(_, k)| **k)
+        .map(|(e, _)| *e)
+        .collect();
+    let policy = Policy::Following {
+        horizon: o.horizon_s,
+    };
+    // The logger's readings on the host's timeline, stitched.
+    let readings: Vec<Reading> = g
+        .logger
+        .iter()
+        .map(|&(stamp, power_w)| Reading {
+            time: match stamp {
+                Ok(ticks) => to_host(ticks),
+                Err(host_s) => host_s,
+            },
+            power_w,
+        })
+        .collect();
+    let logger = profile(
+        &assign(&readings, &kept_execs, policy),
+        o.bin_s,
+        o.confidence,
+    )
+    .map_err(|e| math(&e))?;
+    let samples: Vec<Reading> = rig_t
+        .iter()
+        .zip(&rig_w)
+        .map(|(&time, &power_w)| Reading { time, power_w })
+        .collect();
+    let rig_profile = profile(
+        &assign(&samples, &kept_execs, policy),
+        o.bin_s,
+        o.confidence,
+    )
+    .map_err(|e| math(&e))?;
+    let executions: Vec<Aligned> = g
+        .executions
+        .iter()
+        .zip(&execs)
+        .zip(&durations)
+        .enumerate()
+        .map(|(i, ((e, x), &d))| Aligned {
+            start_s: x.start,
+            end_s: x.end,
+            duration_s: d,
+            train: e.2,
+            index_in_train: e.3,
+            kept: kept[i],
+            ssp: regimes[i] == Regime::Ssp,
+            rig_energy_j: energy_trapezoid(&rig_t, &rig_w, x.start, x.end),
+        })
+        .collect();
+    let kept_energy: Vec<f64> = executions
+        .iter()
+        .filter(|e| e.kept && e.rig_energy_j.is_finite())
+        .map(|e| e.rig_energy_j)
+        .collect();
+    Ok(Analysis {
+        device: link(&device),
+        gpu: link(&gpu),
+        executions,
+        clusters: clusters
+            .clusters
+            .iter()
+            .map(|c| (c.lo, c.hi, c.indices.len()))
+            .collect(),
+        fixed_margin: (fixed.lo, fixed.hi, fixed.indices.len()),
+        logger: points(&logger),
+        rig: points(&rig_profile),
+        rig_energy_j: kept_energy.iter().sum::<f64>() / kept_energy.len().max(1) as f64,
+        options: o.clone(),
+    })
+}

@@ -1,0 +1,86 @@
+//! `railtrace report profile.arrow`: the analysis of a profiling run.
+
+use std::path::PathBuf;
+
+use railtrace::analysis::{analyse, Analysis, Options};
+use railtrace::profile::rig_path;
+
+/// Aligns the clocks of a profiling run, bins its executions and stitches the GPU
+/// logger's readings and the rig's samples onto the kernel's time axis.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The profile recording (`railtrace profile -o`).
+    profile: PathBuf,
+    /// The rig's capture of the run; `<profile>.rig.arrow` when not given.
+    #[arg(long)]
+    rig: Option<PathBuf>,
+    /// Width of the stitched profiles' bins, µs.
+    #[arg(long, default_value_t = 20.0)]
+    bin_us: f64,
+    /// Readings up to this long after an execution's start belong to it, ms.
+    #[arg(long, default_value_t = 2.5)]
+    horizon_ms: f64,
+    /// Print every figure as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn summary(a: &Analysis) -> String {
+    let kept = a.executions.iter().filter(|e| e.kept).count();
+    let peak = |p: &[railtrace::analysis::Point]| {
+        p.iter()
+            .map(|b| b.mean_w)
+            .filter(|w| w.is_finite())
+            .fold(f64::NAN, f64::max)
+    };
+    let mut s = format!(
+        "clocks    device→host: rate error {:+.2} ppm, residual RMS {:.2} µs ({} edges, {} outliers)\n          GPU→host:    rate error {:+.2} ppm, residual RMS {:.2} µs ({} reads kept, {} outliers)\n",
+        a.device.rate_error_ppm,
+        a.device.rms_s * 1e6,
+        a.device.used,
+        a.device.outliers,
+        a.gpu.rate_error_ppm,
+        a.gpu.rms_s * 1e6,
+        a.gpu.used,
+        a.gpu.outliers
+    );
+    s += &format!(
+        "runs      {} executions, {} kept by clustering into {} cluster(s); fixed margin {:.1}-{:.1} µs keeps {}\n",
+        a.executions.len(),
+        kept,
+        a.clusters.len(),
+        a.fixed_margin.0 * 1e6,
+        a.fixed_margin.1 * 1e6,
+        a.fixed_margin.2
+    );
+    for (lo, hi, n) in &a.clusters {
+        s += &format!("  cluster {:.1}-{:.1} µs: {n}\n", lo * 1e6, hi * 1e6);
+    }
+    s += &format!(
+        "profiles  logger: {} bins of {:.0} µs, peak {:.1} W; rig: {} bins, peak {:.1} W\nenergy    {:.3} mJ per kept execution (rig)\n",
+        a.logger.len(),
+        a.options.bin_s * 1e6,
+        peak(&a.logger),
+        a.rig.len(),
+        peak(&a.rig),
+        a.rig_energy_j * 1e3
+    );
+    s
+}
+
+/// Runs `railtrace report`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let rig = args.rig.unwrap_or_else(|| rig_path(&args.profile));
+    let options = Options {
+        bin_s: args.bin_us * 1e-6,
+        horizon_s: args.horizon_ms * 1e-3,
+        ..Options::default()
+    };
+    let a = analyse(&args.profile, &rig, &options)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&a)?);
+    } else {
+        print!("{}", summary(&a));
+    }
+    Ok(())
+}
