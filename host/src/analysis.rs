@@ -46,6 +46,10 @@ pub struct Options {
     pub margin: f64,
     /// Executions started within this long of their train's first start are SSE, s.
     pub settle_s: f64,
+    /// The trigger path's mean latency, from the host's call to the edge at the rig's
+    /// input, s (measured once for a given trigger output; 0 when unknown, which shifts
+    /// the device link by that latency).
+    pub trigger_latency_s: f64,
 }
 
 impl Default for Options {
@@ -57,15 +61,27 @@ impl Default for Options {
             keep_brackets: 0.2,
             margin: 0.03,
             settle_s: 10e-3,
+            trigger_latency_s: 0.0,
         }
+    }
+}
+
+impl Link {
+    /// Host time (s since the profile's epoch) of the other clock's time `x` (s).
+    pub fn to_host(&self, x: f64) -> f64 {
+        self.offset_s + self.slope * (x - self.x0_s)
     }
 }
 
 /// One clock link, for people and scripts.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Link {
-    /// Offset at the reference point, s.
+    /// The reference point on the other clock, s.
+    pub x0_s: f64,
+    /// Host time at the reference point, s since the profile's epoch.
     pub offset_s: f64,
+    /// Host seconds per second of the other clock.
+    pub slope: f64,
     /// Rate error of the other clock against the host's, ppm.
     pub rate_error_ppm: f64,
     /// RMS of the residuals, s.
@@ -80,7 +96,9 @@ pub struct Link {
 
 fn link(fit: &Fit) -> Link {
     Link {
+        x0_s: fit.map.x0,
         offset_s: fit.map.offset,
+        slope: fit.map.slope,
         // The fit maps the other clock to host time: slope = 1 / (1 + error).
         rate_error_ppm: (1.0 / fit.map.slope - 1.0) * 1e6,
         rms_s: fit.rms_s,
@@ -314,7 +332,12 @@ pub fn analyse(
         )));
     }
     // Device ↔ host, from the trigger edges; GPU ↔ host, from the bracketed reads.
-    let pairs = pair_edges(&g.driven, &rig.edges, 5e-3);
+    let driven: Vec<(bool, f64)> = g
+        .driven
+        .iter()
+        .map(|&(up, t)| (up, t + o.trigger_latency_s))
+        .collect();
+    let pairs = pair_edges(&driven, &rig.edges, 5e-3);
     let device = fit_pairs(&pairs).map_err(|e| {
         AnalysisError::Math(format!(
             "device↔host from {} of {} trigger edges paired: {e}",

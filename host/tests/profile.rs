@@ -1,0 +1,253 @@
+//! A profiling run on the twin, analysed and scored against the twin's truth: the clock
+//! links recover the true clocks within 5 µs RMS with a 50 ppm MCU clock error and 20 µs
+//! RMS trigger jitter.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use railtrace::analysis::{analyse, Analysis, Options};
+use railtrace::capture::{capture, Config, Counters};
+use railtrace::gpu::twin::{TwinGpu, TwinTrigger};
+use railtrace::gpu::Launch;
+use railtrace::profile::{acquire, rig_path, Plan};
+use railtrace_calibration::binning::cluster;
+use railtrace_calibration::stitch::{assign, profile, Execution, Policy, Reading};
+
+mod common;
+use common::TempDir;
+
+/// The default scenario with its MCU clock and trigger path replaced.
+fn scenario(error_ppm: f64, latency_s: f64, jitter_s: f64) -> railtrace_twin::Loaded {
+    let text = railtrace_twin::scenario::DEFAULT_SCENARIO
+        .replace("error_ppm = 30.0", &format!("error_ppm = {error_ppm:?}"))
+        .replace(
+            "[trigger]\nlatency_s = 2e-6\njitter_s = 1e-6",
+            &format!("[trigger]\nlatency_s = {latency_s:e}\njitter_s = {jitter_s:e}"),
+        );
+    assert!(text.contains(&format!("jitter_s = {jitter_s:e}")));
+    railtrace_twin::scenario::parse("profile.toml", &text, |_| {
+        Ok(("rig".into(), railtrace_twin::scenario::DEFAULT_RIG.into()))
+    })
+    .expect("a valid scenario")
+}
+
+/// Runs `runs` single executions on the twin, captures the rig meanwhile, analyses.
+fn run(
+    loaded: &railtrace_twin::Loaded,
+    runs: usize,
+    dir: &TempDir,
+    options: &Options,
+) -> (Analysis, railtrace_twin::Twin, i64) {
+    let truth = dir.join("truth");
+    std::fs::create_dir_all(&truth).unwrap();
+    let twin = railtrace_twin::Twin::start_with(loaded, Some(&truth)).unwrap();
+    let out = dir.join("profile.arrow");
+    let config = Config {
+        port: twin.path().to_path_buf(),
+        output: rig_path(&out),
+        rig: None,
+        rate_hz: None,
+        channels: None,
+        averaging: 1,
+        duration: None,
+        reconnect_wait: Duration::from_secs(5),
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let counters = Arc::new(Counters::default());
+    let rig = {
+        let (stop, counters) = (stop.clone(), counters.clone());
+        std::thread::spawn(move || capture(&config, &stop, &counters, |_| {}))
+    };
+    while counters.samples.load(Ordering::Relaxed) == 0 {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let gpu = TwinGpu::new(&twin);
+    let plan = Plan {
+        launch: Launch {
+            kernel: "gemm".into(),
+            delay_s: (1e-3, 3e-3),
+            warmup: 0,
+            count: 1,
+        },
+        runs,
+        clock_reads: 5,
+        trigger_line: 0,
+    };
+    acquire(
+        &mut gpu.runner(3),
+        &mut gpu.logger(),
+        &mut TwinTrigger::new(&twin, 0),
+        &plan,
+        &out,
+        serde_json::Value::Null,
+        |_| {},
+    )
+    .unwrap();
+    stop.store(true, Ordering::Relaxed);
+    rig.join().unwrap().unwrap();
+    let a = analyse(&out, &rig_path(&out), options).unwrap();
+    let epoch = railtrace::recording::read(&out).unwrap().meta.epoch_utc_ns;
+    (a, twin, epoch)
+}
+
+#[test]
+fn clocks_align_within_5_us_with_a_50_ppm_mcu_and_20_us_trigger_jitter() {
+    // A USB-UART's modem line: 100 µs from the host's call to the edge, 20 µs RMS jitter;
+    // the mean latency is the trigger output's known calibration.
+    let loaded = scenario(50.0, 100e-6, 20e-6);
+    let dir = TempDir::new("profile-align");
+    let options = Options {
+        trigger_latency_s: 100e-6,
+        ..Options::default()
+    };
+    let (a, twin, epoch) = run(&loaded, 300, &dir, &options);
+    // The truth: device ticks → true time (the MCU clock model), GPU ticks → true time
+    // (the counter's model), true time → host time (the twin's own mapping).
+    let host = |t: f64| (twin.unix_ns(t) - epoch) as f64 * 1e-9;
+    let mcu = loaded.scenario.mcu;
+    let gpu = twin.gpu_clock();
+    let (mut dev_sq, mut gpu_sq, mut n) = (0.0, 0.0, 0);
+    for e in &a.executions {
+        // Over the run's span: at each execution's start, on both links.
+        let t = e.start_s; // host s, from the GPU link; take the true instant behind it
+        let true_t = (twin.unix_ns(0.0) - epoch) as f64 * -1e-9 + t;
+        let dev_ticks = mcu.ticks_at(true_t);
+        let dev_err = a.device.to_host(dev_ticks as f64 / f64::from(mcu.tick_hz))
+            - host(mcu.time_at(dev_ticks));
+        let gpu_ticks = gpu.ticks_at(true_t);
+        let gpu_true =
+            (gpu_ticks as f64 / gpu.rate_hz() - gpu.offset_s()) / (1.0 + gpu.drift_ppm() * 1e-6);
+        let gpu_err = a.gpu.to_host(gpu_ticks as f64 / gpu.rate_hz()) - host(gpu_true);
+        dev_sq += dev_err * dev_err;
+        gpu_sq += gpu_err * gpu_err;
+        n += 1;
+    }
+    twin.stop().unwrap();
+    let (dev_rms, gpu_rms) = ((dev_sq / n as f64).sqrt(), (gpu_sq / n as f64).sqrt());
+    eprintln!(
+        "device→host: {:.2} µs RMS against the truth (fit residual {:.2} µs, {:+.2} ppm); GPU→host: {:.3} µs RMS ({:+.2} ppm)",
+        dev_rms * 1e6,
+        a.device.rms_s * 1e6,
+        a.device.rate_error_ppm,
+        gpu_rms * 1e6,
+        a.gpu.rate_error_ppm
+    );
+    eprintln!(
+        "device link: {} used, {} outliers, residual RMS over all {:.2} µs",
+        a.device.used,
+        a.device.outliers,
+        (a.device.residuals_s.iter().map(|r| r * r).sum::<f64>()
+            / a.device.residuals_s.len() as f64)
+            .sqrt()
+            * 1e6
+    );
+    assert!(dev_rms < 5e-6, "device↔host {dev_rms} s RMS");
+    assert!(gpu_rms < 5e-6, "GPU↔host {gpu_rms} s RMS");
+    // The fits see the clocks' rate errors: the MCU's 50 ppm, the GPU counter's 20 ppm.
+    // A slope from n edges with jitter σ over a span T has a standard error of about
+    // σ / (T·√(n/12)): 20 µs over ~1 s with 600 edges is ~3 ppm; allow 4 of those.
+    let span = a.executions.last().unwrap().start_s - a.executions[0].start_s;
+    let se_ppm = 20e-6 / (span * (a.device.used as f64 / 12.0).sqrt()) * 1e6;
+    assert!(
+        (a.device.rate_error_ppm - 50.0).abs() < 4.0 * se_ppm,
+        "{} ppm (standard error {se_ppm} ppm)",
+        a.device.rate_error_ppm
+    );
+    assert!(
+        (a.gpu.rate_error_ppm - 20.0).abs() < 0.5,
+        "{}",
+        a.gpu.rate_error_ppm
+    );
+}
+
+/// Float64 columns of one of the twin's truth files.
+fn truth_columns(path: &std::path::Path, names: &[&str]) -> Vec<Vec<f64>> {
+    let file = std::fs::File::open(path).unwrap();
+    let mut out = vec![Vec::new(); names.len()];
+    for b in arrow_ipc::reader::StreamReader::try_new(file, None).unwrap() {
+        let b = b.unwrap();
+        for (o, n) in out.iter_mut().zip(names) {
+            let c = b.column_by_name(n).unwrap();
+            let c = c
+                .as_any()
+                .downcast_ref::<arrow_array::Float64Array>()
+                .unwrap();
+            o.extend(c.values().iter().copied());
+        }
+    }
+    out
+}
+
+#[test]
+fn the_loggers_stitched_profile_is_the_true_power_through_the_loggers_response() {
+    let loaded = railtrace_twin::default_scenario();
+    let dir = TempDir::new("profile-logger");
+    let (a, twin, _) = run(&loaded, 400, &dir, &Options::default());
+    twin.stop().unwrap(); // closes the truth files
+                          // The reference, from the truth alone: each report's true response (the true power
+                          // through the logger's true response, before its gain, offset and quantisation) at
+                          // its true instant, stitched onto the true executions of the dominant duration cluster.
+    let truth = dir.join("truth");
+    let e = truth_columns(
+        &truth.join("executions.arrow"),
+        &["launch_s", "start_s", "end_s"],
+    );
+    let first = a.executions.len();
+    let n = e[0].len();
+    // The host's executions are the last ones (the scenario's workload ran before).
+    let execs: Vec<Execution> = (n - first..n)
+        .map(|i| Execution {
+            start: e[1][i],
+            end: e[2][i],
+        })
+        .collect();
+    let durations: Vec<f64> = execs.iter().map(|x| x.end - x.start).collect();
+    let c = cluster(&durations, (durations.len() / 50).max(3));
+    let kept: Vec<Execution> = c
+        .dominant()
+        .unwrap()
+        .indices
+        .iter()
+        .map(|&i| execs[i])
+        .collect();
+    let l = truth_columns(&truth.join("logger.arrow"), &["true_time_s", "response_w"]);
+    let readings: Vec<Reading> = l[0]
+        .iter()
+        .zip(&l[1])
+        .map(|(&time, &power_w)| Reading { time, power_w })
+        .collect();
+    let o = &a.options;
+    let reference = profile(
+        &assign(
+            &readings,
+            &kept,
+            Policy::Following {
+                horizon: o.horizon_s,
+            },
+        ),
+        o.bin_s,
+        o.confidence,
+    )
+    .unwrap();
+    let peak = reference
+        .iter()
+        .map(|b| b.mean_w)
+        .filter(|w| w.is_finite())
+        .fold(0.0, f64::max);
+    let (mut sq, mut bins) = (0.0, 0);
+    for (got, want) in a.logger.iter().zip(&reference) {
+        assert!((got.lo_s - want.lo).abs() < 1e-12, "the same bins");
+        if got.n > 0 && want.n > 0 {
+            sq += (got.mean_w - want.mean_w).powi(2);
+            bins += 1;
+        }
+    }
+    let rms = (sq / f64::from(bins)).sqrt();
+    eprintln!(
+        "logger profile: {bins} bins, RMS {rms:.3} W against the truth = {:.3} % of its {peak:.1} W peak",
+        100.0 * rms / peak
+    );
+    assert!(bins > 50, "{bins} bins compared");
+    assert!(rms <= 0.02 * peak, "RMS {rms} W, peak {peak} W");
+}
