@@ -110,8 +110,9 @@ fn clocks_align_within_5_us_with_a_50_ppm_mcu_and_20_us_trigger_jitter() {
     let (mut dev_sq, mut gpu_sq, mut n) = (0.0, 0.0, 0);
     for e in &a.executions {
         // Over the run's span: at each execution's start, on both links.
-        let t = e.start_s; // host s, from the GPU link; take the true instant behind it
-        let true_t = (twin.unix_ns(0.0) - epoch) as f64 * -1e-9 + t;
+        // The true instant (s since the twin started) of the execution's start, as
+        // the GPU link put it on the host's timeline (s since the profile's epoch).
+        let true_t = e.start_s - (twin.unix_ns(0.0) - epoch) as f64 * 1e-9;
         let dev_ticks = mcu.ticks_at(true_t);
         let dev_err = a.device.to_host(dev_ticks as f64 / f64::from(mcu.tick_hz))
             - host(mcu.time_at(dev_ticks));
@@ -124,7 +125,10 @@ fn clocks_align_within_5_us_with_a_50_ppm_mcu_and_20_us_trigger_jitter() {
         n += 1;
     }
     twin.stop().unwrap();
-    let (dev_rms, gpu_rms) = ((dev_sq / n as f64).sqrt(), (gpu_sq / n as f64).sqrt());
+    let (dev_rms, gpu_rms) = (
+        (dev_sq / f64::from(n)).sqrt(),
+        (gpu_sq / f64::from(n)).sqrt(),
+    );
     eprintln!(
         "device→host: {:.2} µs RMS against the truth (fit residual {:.2} µs, {:+.2} ppm); GPU→host: {:.3} µs RMS ({:+.2} ppm)",
         dev_rms * 1e6,
