@@ -1,1 +1,55 @@
-//! railtrace's mathematics. Empty until issues 6-8 land: nothing here works yet.
+//! railtrace's mathematics: pure, deterministic functions on plain numbers, no I/O.
+//!
+//! Issue 6 (alignment, stitching, binning, run planning):
+//!
+//! - [`align`]: clock links `y = offset + slope·(x − x0)` fitted robustly from paired
+//!   observations (trigger edges) or bracketed timestamp reads, with residuals.
+//! - [`stitch`]: FinGraV stitching: readings assigned to executions (a time of interest
+//!   per reading), per-bin profiles with Student-t intervals, energies, SSE vs SSP.
+//! - [`binning`]: execution-time binning: FinGraV's fixed margin around the median and a
+//!   STEM+ROOT-like recursive split with no preset number of clusters.
+//! - [`plan`]: the CLT bound on the number of runs (STEM), and the keep-running test.
+//! - [`stats`]: normal and Student-t distribution functions, median, MAD.
+//!
+//! All times are in s, powers in W, energies in J. See `README.md` for the assumptions
+//! behind each function.
+
+#![warn(missing_docs)]
+
+pub mod align;
+pub mod binning;
+pub mod plan;
+pub mod stats;
+pub mod stitch;
+
+use std::fmt;
+
+/// A parameter out of its documented range (for example a bin width ≤ 0 or a confidence
+/// outside `(0, 1)`), or input that leaves nothing to compute with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParamError {
+    /// Name of the parameter.
+    pub name: &'static str,
+    /// The offending value (NaN where the problem is not a single number).
+    pub value: f64,
+    /// What the value must satisfy.
+    pub reason: &'static str,
+}
+
+impl ParamError {
+    pub(crate) fn new(name: &'static str, value: f64, reason: &'static str) -> Self {
+        ParamError {
+            name,
+            value,
+            reason,
+        }
+    }
+}
+
+impl fmt::Display for ParamError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} = {}: {}", self.name, self.value, self.reason)
+    }
+}
+
+impl std::error::Error for ParamError {}
