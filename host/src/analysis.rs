@@ -9,8 +9,8 @@ use arrow_array::{BooleanArray, Float32Array, Int64Array, UInt32Array, UInt8Arra
 use railtrace_calibration::align::{fit_brackets, fit_pairs, Bracket, Fit};
 use railtrace_calibration::binning::{cluster, fixed_margin, Bin, Clusters};
 use railtrace_calibration::stitch::{
-    assign, classify, energy_trapezoid, profile, Execution, Policy, ProfileBin, Reading, Regime,
-    TrainPosition,
+    assign, classify, energy_trapezoid, estimate_settling, profile, Execution, Policy, ProfileBin,
+    Reading, Regime, TrainPosition,
 };
 use serde::Serialize;
 
@@ -178,6 +178,16 @@ pub struct Analysis {
     pub rig: Vec<Point>,
     /// Mean rig energy per kept execution, J.
     pub rig_energy_j: f64,
+    /// Mean rig energy per kept SSE execution (power not yet settled), J.
+    pub sse_energy_j: Option<f64>,
+    /// Mean rig energy per kept SSP execution (power settled), J.
+    pub ssp_energy_j: Option<f64>,
+    /// The power-settling time constant fitted over trains, s, where trains were long
+    /// enough.
+    pub settling_tau_s: Option<f64>,
+    /// Executions started this long after their train's first are SSP, s (3 τ, or the
+    /// option's value).
+    pub settle_s: f64,
     /// The options used.
     pub options: Options,
 }
@@ -391,13 +401,31 @@ pub fn analyse(
             since_train_start_s: x.start - train_start[&e.2],
         })
         .collect();
-    let regimes = classify(&positions, o.settle_s);
-    // The rig's samples on the host's timeline.
+    // The rig's samples on the host's timeline, and each execution's energy.
     let (rig_t, rig_w): (Vec<f64>, Vec<f64>) = rig
         .samples
         .iter()
         .map(|&(d, w)| (device.map.apply(d), f64::from(w)))
         .unzip();
+    let energies: Vec<f64> = execs
+        .iter()
+        .map(|x| energy_trapezoid(&rig_t, &rig_w, x.start, x.end))
+        .collect();
+    // Power settling over trains (SSE → SSP), where trains are long enough to see it.
+    let settling = if g.executions.iter().any(|e| e.3 >= 8) {
+        let (u, p): (Vec<f64>, Vec<f64>) = positions
+            .iter()
+            .zip(energies.iter().zip(&durations))
+            .zip(&kept)
+            .filter(|(_, k)| **k)
+            .map(|((pos, (e, d)), _)| (pos.since_train_start_s, e / d))
+            .unzip();
+        estimate_settling(&u, &p).ok().filter(|s| !s.at_search_edge)
+    } else {
+        None
+    };
+    let settle_s = settling.map_or(o.settle_s, |s| s.settle_s);
+    let regimes = classify(&positions, settle_s);
     let kept_execs: Vec<Execution> = execs
         .iter()
         .zip(&kept)
@@ -450,9 +478,18 @@ pub fn analyse(
             index_in_train: e.3,
             kept: kept[i],
             ssp: regimes[i] == Regime::Ssp,
-            rig_energy_j: energy_trapezoid(&rig_t, &rig_w, x.start, x.end),
+            rig_energy_j: energies[i],
         })
         .collect();
+    let mean_energy = |ssp: bool| {
+        let e: Vec<f64> = executions
+            .iter()
+            .filter(|e| e.kept && e.ssp == ssp && e.rig_energy_j.is_finite())
+            .map(|e| e.rig_energy_j)
+            .collect();
+        (!e.is_empty()).then(|| e.iter().sum::<f64>() / e.len() as f64)
+    };
+    let (sse_energy_j, ssp_energy_j) = (mean_energy(false), mean_energy(true));
     let kept_energy: Vec<f64> = executions
         .iter()
         .filter(|e| e.kept && e.rig_energy_j.is_finite())
@@ -471,6 +508,10 @@ pub fn analyse(
         logger: points(&logger),
         rig: points(&rig_profile),
         rig_energy_j: kept_energy.iter().sum::<f64>() / kept_energy.len().max(1) as f64,
+        sse_energy_j,
+        ssp_energy_j,
+        settling_tau_s: settling.map(|s| s.tau_s),
+        settle_s,
         options: o.clone(),
     })
 }
