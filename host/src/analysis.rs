@@ -192,19 +192,100 @@ pub struct Analysis {
     pub options: Options,
 }
 
-/// What the analysis reads from the profile recording.
+/// The GPU side of a run: what the analysis reads from the profile recording, and what a
+/// run in progress has so far.
 #[derive(Debug, Default)]
-struct GpuSide {
-    epoch_ns: i64,
-    hz: f64,
-    line: u8,
+pub(crate) struct GpuSide {
+    pub(crate) epoch_ns: i64,
+    pub(crate) hz: f64,
+    pub(crate) line: u8,
     /// (start ticks, end ticks, train, index in train).
-    executions: Vec<(u64, u64, u64, u32)>,
-    brackets: Vec<Bracket>,
+    pub(crate) executions: Vec<(u64, u64, u64, u32)>,
+    /// GPU clock reads, host s since `epoch_ns`.
+    pub(crate) brackets: Vec<Bracket>,
     /// (rising, host mid s).
-    driven: Vec<(bool, f64)>,
+    pub(crate) driven: Vec<(bool, f64)>,
     /// (gpu ticks or host s, power).
-    logger: Vec<(Result<u64, f64>, f64)>,
+    pub(crate) logger: Vec<(Result<u64, f64>, f64)>,
+}
+
+/// What the GPU side alone gives: the GPU link, the executions on the host's timeline
+/// and clustered by duration, and the logger's readings stitched onto the kept ones.
+#[derive(Debug)]
+pub(crate) struct GpuView {
+    pub(crate) gpu: Fit,
+    pub(crate) execs: Vec<Execution>,
+    pub(crate) durations: Vec<f64>,
+    pub(crate) clusters: Clusters,
+    pub(crate) kept: Vec<bool>,
+    /// The logger's readings placed on the kept executions.
+    pub(crate) stitched: Vec<railtrace_calibration::stitch::Stitched>,
+}
+
+/// Readings stitched onto the kept executions. Each reading belongs to the latest
+/// execution started before it, kept or not (a reading after a dropped execution holds
+/// that execution's power); those of dropped executions are then left out.
+fn stitch_kept(
+    readings: &[Reading],
+    execs: &[Execution],
+    kept: &[bool],
+    horizon_s: f64,
+) -> Vec<railtrace_calibration::stitch::Stitched> {
+    let policy = Policy::Following { horizon: horizon_s };
+    let mut s = assign(readings, execs, policy);
+    s.retain(|p| kept[p.execution]);
+    s
+}
+
+/// The GPU side's analysis (see [`GpuView`]).
+pub(crate) fn gpu_view(g: &GpuSide, o: &Options) -> Result<GpuView, AnalysisError> {
+    let gpu = fit_brackets(&g.brackets, o.keep_brackets).map_err(|e| {
+        AnalysisError::Math(format!(
+            "GPU↔host from {} clock reads: {e}",
+            g.brackets.len()
+        ))
+    })?;
+    let to_host = |ticks: u64| gpu.map.apply(ticks as f64 / g.hz);
+    let execs: Vec<Execution> = g
+        .executions
+        .iter()
+        .map(|e| Execution {
+            start: to_host(e.0),
+            end: to_host(e.1),
+        })
+        .collect();
+    let durations: Vec<f64> = g
+        .executions
+        .iter()
+        .map(|e| e.1.saturating_sub(e.0) as f64 / g.hz)
+        .collect();
+    let clusters: Clusters = cluster(&durations, (durations.len() / 50).max(3));
+    let mut kept = vec![false; durations.len()];
+    if let Some(c) = clusters.dominant() {
+        for &i in &c.indices {
+            kept[i] = true;
+        }
+    }
+    let readings: Vec<Reading> = g
+        .logger
+        .iter()
+        .map(|&(stamp, power_w)| Reading {
+            time: match stamp {
+                Ok(ticks) => to_host(ticks),
+                Err(host_s) => host_s,
+            },
+            power_w,
+        })
+        .collect();
+    let stitched = stitch_kept(&readings, &execs, &kept, o.horizon_s);
+    Ok(GpuView {
+        gpu,
+        execs,
+        durations,
+        clusters,
+        kept,
+        stitched,
+    })
 }
 
 fn gpu_side(r: &Recording) -> Result<GpuSide, AnalysisError> {
@@ -355,38 +436,16 @@ pub fn analyse(
             g.driven.len()
         ))
     })?;
-    let gpu = fit_brackets(&g.brackets, o.keep_brackets).map_err(|e| {
-        AnalysisError::Math(format!(
-            "GPU↔host from {} clock reads: {e}",
-            g.brackets.len()
-        ))
-    })?;
-    let to_host = |ticks: u64| gpu.map.apply(ticks as f64 / g.hz);
-    // Executions, binned by duration; SSE and SSP told apart.
-    let execs: Vec<Execution> = g
-        .executions
-        .iter()
-        .map(|e| Execution {
-            start: to_host(e.0),
-            end: to_host(e.1),
-        })
-        .collect();
-    let durations: Vec<f64> = g
-        .executions
-        .iter()
-        .map(|e| e.1.saturating_sub(e.0) as f64 / g.hz)
-        .collect();
-    let clusters: Clusters = cluster(&durations, (durations.len() / 50).max(3));
+    // GPU ↔ host; executions clustered by duration; the logger's readings stitched.
+    let GpuView {
+        gpu,
+        execs,
+        durations,
+        clusters,
+        kept,
+        stitched,
+    } = gpu_view(&g, o)?;
     let fixed: Bin = fixed_margin(&durations, o.margin);
-    let kept: Vec<bool> = {
-        let mut k = vec![false; durations.len()];
-        if let Some(c) = clusters.dominant() {
-            for &i in &c.indices {
-                k[i] = true;
-            }
-        }
-        k
-    };
     let mut train_start = std::collections::HashMap::new();
     for (e, x) in g.executions.iter().zip(&execs) {
         let s = train_start.entry(e.2).or_insert(x.start);
@@ -426,40 +485,14 @@ pub fn analyse(
     };
     let settle_s = settling.map_or(o.settle_s, |s| s.settle_s);
     let regimes = classify(&positions, settle_s);
-    let kept_execs: Vec<Execution> = execs
-        .iter()
-        .zip(&kept)
-        .filter(|(_, k)| **k)
-        .map(|(e, _)| *e)
-        .collect();
-    let policy = Policy::Following {
-        horizon: o.horizon_s,
-    };
-    // The logger's readings on the host's timeline, stitched.
-    let readings: Vec<Reading> = g
-        .logger
-        .iter()
-        .map(|&(stamp, power_w)| Reading {
-            time: match stamp {
-                Ok(ticks) => to_host(ticks),
-                Err(host_s) => host_s,
-            },
-            power_w,
-        })
-        .collect();
-    let logger = profile(
-        &assign(&readings, &kept_execs, policy),
-        o.bin_s,
-        o.confidence,
-    )
-    .map_err(|e| math(&e))?;
+    let logger = profile(&stitched, o.bin_s, o.confidence).map_err(|e| math(&e))?;
     let samples: Vec<Reading> = rig_t
         .iter()
         .zip(&rig_w)
         .map(|(&time, &power_w)| Reading { time, power_w })
         .collect();
     let rig_profile = profile(
-        &assign(&samples, &kept_execs, policy),
+        &stitch_kept(&samples, &execs, &kept, o.horizon_s),
         o.bin_s,
         o.confidence,
     )

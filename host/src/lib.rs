@@ -9,5 +9,6 @@ pub mod import;
 pub mod plot;
 pub mod profile;
 pub mod recording;
+pub mod report_plot;
 pub mod transport;
 pub mod trigger;

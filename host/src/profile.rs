@@ -6,6 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
+use railtrace_calibration::align::Bracket;
+
+use crate::analysis::{gpu_view, GpuSide};
 use crate::gpu::{host_now_ns, ExecutionRecord, GpuError, GpuRunner, Launch, PowerLogger, Stamp};
 use crate::recording::{Event, Meta, RecordingError, Writer, FORMAT_VERSION};
 use crate::trigger::{Driven, TriggerError, TriggerOut};
@@ -32,6 +35,26 @@ pub struct Plan {
     pub clock_reads: usize,
     /// The rig's trigger input the trigger output is wired to.
     pub trigger_line: u8,
+    /// Keep running until the logger's stitched profile reaches a target error (then
+    /// `runs` is the most to run).
+    pub target: Option<Target>,
+}
+
+/// The keep-running mode: stop once every considered bin of the logger's stitched
+/// profile has a confidence interval within `rel_err` of its mean, all bins at once
+/// (Bonferroni over the bins), checked every `every` runs after a pilot of `pilot`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Target {
+    /// Relative error, e.g. 0.02.
+    pub rel_err: f64,
+    /// Confidence, e.g. 0.95.
+    pub confidence: f64,
+    /// Runs before the first check.
+    pub pilot: usize,
+    /// Runs between checks.
+    pub every: usize,
+    /// The stitching (bin width, horizon).
+    pub options: crate::analysis::Options,
 }
 
 /// What a run produced.
@@ -47,6 +70,10 @@ pub struct Acquired {
     pub clock_reads: usize,
     /// Trigger edges driven.
     pub driven: usize,
+    /// The planner's estimate of the runs the target needs, after the last check.
+    pub planned_runs: Option<u64>,
+    /// The target error was reached.
+    pub reached: bool,
 }
 
 /// A trigger output that remembers the edges it drove.
@@ -73,9 +100,34 @@ struct Out {
     epoch_ns: i64,
     hz: f64,
     n: Acquired,
+    /// What the keep-running mode checks.
+    side: GpuSide,
 }
 
 impl Out {
+    /// The keep-running test on the run so far; records the planner's estimate.
+    fn check(&mut self, t: &Target) -> bool {
+        use railtrace_calibration::plan::{
+            considered_bins, reached, runs_needed, simultaneous_confidence,
+        };
+        use railtrace_calibration::stitch::profile;
+        let Ok(view) = gpu_view(&self.side, &t.options) else {
+            return false; // not enough clock reads or executions yet
+        };
+        let bin = t.options.bin_s;
+        let Ok(first) = profile(&view.stitched, bin, t.confidence) else {
+            return false;
+        };
+        let together = simultaneous_confidence(t.confidence, considered_bins(&first).len().max(1));
+        let Ok(bins) = profile(&view.stitched, bin, together) else {
+            return false;
+        };
+        if let Ok(plan) = runs_needed(&first, t.rel_err, t.confidence) {
+            self.n.planned_runs = Some(plan.runs_at_yield(&first, self.n.runs as u64));
+        }
+        reached(&bins, t.rel_err)
+    }
+
     fn host_s(&self, ns: i64) -> f64 {
         (ns - self.epoch_ns) as f64 * 1e-9
     }
@@ -84,6 +136,11 @@ impl Out {
         for _ in 0..reads {
             let r = runner.read_clock()?;
             let mid = r.host_before_ns + (r.host_after_ns - r.host_before_ns) / 2;
+            self.side.brackets.push(Bracket {
+                before: self.host_s(r.host_before_ns),
+                reading: r.gpu_ticks as f64 / self.hz,
+                after: self.host_s(r.host_after_ns),
+            });
             self.w.event(&Event::ClockRead {
                 time_s: self.host_s(mid),
                 host_before_ns: r.host_before_ns,
@@ -102,6 +159,11 @@ impl Out {
                 Stamp::HostNs(ns) => (None, Some(ns)),
                 Stamp::Own { .. } => (None, None),
             };
+            match (gpu_ticks, host_ns) {
+                (Some(t), _) => self.side.logger.push((Ok(t), r.power_w)),
+                (None, Some(ns)) => self.side.logger.push((Err(self.host_s(ns)), r.power_w)),
+                _ => {}
+            }
             self.w.event(&Event::Logger {
                 time_s: host_ns.map_or(f64::NAN, |ns| self.host_s(ns)),
                 power_w: r.power_w,
@@ -127,6 +189,9 @@ impl Out {
             self.n.driven += 1;
         }
         for e in execs {
+            self.side
+                .executions
+                .push((e.start_ticks, e.end_ticks, e.train, e.index_in_train));
             self.w.event(&Event::Execution {
                 time_s: f64::NAN,
                 kernel: e.kernel.clone(),
@@ -189,6 +254,12 @@ pub fn acquire(
         epoch_ns,
         hz,
         n: Acquired::default(),
+        side: GpuSide {
+            epoch_ns,
+            hz,
+            line,
+            ..GpuSide::default()
+        },
     };
     out.clock(runner, plan.clock_reads)?;
     for _ in 0..plan.runs {
@@ -203,6 +274,14 @@ pub fn acquire(
         out.logger(logger)?;
         out.n.runs += 1;
         out.w.maybe_flush()?;
+        if let Some(t) = &plan.target {
+            let due = out.n.runs >= t.pilot && (out.n.runs - t.pilot) % t.every.max(1) == 0;
+            if due && out.check(t) {
+                out.n.reached = true;
+                progress(&out.n);
+                break;
+            }
+        }
         progress(&out.n);
     }
     // The logger reports a window after the last kernel: wait for it.

@@ -75,6 +75,7 @@ fn run_trains(
         runs,
         clock_reads: 5,
         trigger_line: 0,
+        target: None,
     };
     acquire(
         &mut gpu.runner(3),
@@ -220,13 +221,10 @@ fn the_loggers_stitched_profile_is_the_true_power_through_the_loggers_response()
         .collect();
     let durations: Vec<f64> = execs.iter().map(|x| x.end - x.start).collect();
     let c = cluster(&durations, (durations.len() / 50).max(3));
-    let kept: Vec<Execution> = c
-        .dominant()
-        .unwrap()
-        .indices
-        .iter()
-        .map(|&i| execs[i])
-        .collect();
+    let mut kept = vec![false; execs.len()];
+    for &i in &c.dominant().unwrap().indices {
+        kept[i] = true;
+    }
     let l = truth_columns(&truth.join("logger.arrow"), &["true_time_s", "response_w"]);
     let readings: Vec<Reading> = l[0]
         .iter()
@@ -234,18 +232,14 @@ fn the_loggers_stitched_profile_is_the_true_power_through_the_loggers_response()
         .map(|(&time, &power_w)| Reading { time, power_w })
         .collect();
     let o = &a.options;
-    let reference = profile(
-        &assign(
-            &readings,
-            &kept,
-            Policy::Following {
-                horizon: o.horizon_s,
-            },
-        ),
-        o.bin_s,
-        o.confidence,
-    )
-    .unwrap();
+    // Each reading belongs to the latest execution before it, kept or not; those of
+    // dropped executions are left out.
+    let policy = Policy::Following {
+        horizon: o.horizon_s,
+    };
+    let mut stitched = assign(&readings, &execs, policy);
+    stitched.retain(|p| kept[p.execution]);
+    let reference = profile(&stitched, o.bin_s, o.confidence).unwrap();
     let peak = reference
         .iter()
         .map(|b| b.mean_w)

@@ -216,6 +216,12 @@ impl Twin {
             .read(self.now_s(), latency, c.read_latch_fraction)
     }
 
+    /// Hands the GPU to the host: the scenario's workload stops at the end of its current
+    /// step, and the GPU then idles until [`Twin::launch`].
+    pub fn hold(&self) {
+        self.host.lock().unwrap_or_else(|p| p.into_inner()).active = true;
+    }
+
     /// Launches `count` executions of `kernel` back to back at DVFS level `dvfs` (the
     /// first level when None), now, as a GPU runner would. From the first call on the host
     /// drives the GPU: the scenario's workload stops at the end of its current step.

@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use railtrace::analysis::Options;
 use railtrace::capture::{capture, Config, Counters};
 use railtrace::gpu::twin::{TwinGpu, TwinTrigger};
 use railtrace::gpu::Launch;
-use railtrace::profile::{acquire, rig_path, Plan};
+use railtrace::profile::{acquire, rig_path, Plan, Target};
 
 /// Runs a kernel many times with random delays, recording the GPU's executions, its
 /// clock, its own power logger and the rig's capture of the same run.
@@ -21,9 +22,22 @@ pub struct Args {
     /// The kernel to run (the twin's default scenario has `gemm`).
     #[arg(long, default_value = "gemm")]
     kernel: String,
-    /// Trains to run.
-    #[arg(long, default_value_t = 200)]
-    runs: usize,
+    /// Trains to run (200); with --target-error, the most to run (20000).
+    #[arg(long)]
+    runs: Option<usize>,
+    /// Keep running until the GPU logger's stitched profile is within this relative error
+    /// (e.g. 0.02) in every bin at once, at --confidence.
+    #[arg(long)]
+    target_error: Option<f64>,
+    /// Confidence of --target-error.
+    #[arg(long, default_value_t = 0.95)]
+    confidence: f64,
+    /// Runs before the first --target-error check (the planner's pilot).
+    #[arg(long, default_value_t = 30)]
+    pilot: usize,
+    /// Width of the stitched profile's bins for --target-error, µs.
+    #[arg(long, default_value_t = 20.0)]
+    bin_us: f64,
     /// Executions per train (back to back; 1 for single executions).
     #[arg(long, default_value_t = 1)]
     count: u32,
@@ -102,11 +116,32 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             warmup: args.warmup,
             count: args.count,
         },
-        runs: args.runs,
+        runs: args.runs.unwrap_or(if args.target_error.is_some() {
+            20_000
+        } else {
+            200
+        }),
         clock_reads: 5,
         trigger_line: args.trigger_line,
+        target: args.target_error.map(|rel_err| Target {
+            rel_err,
+            confidence: args.confidence,
+            pilot: args.pilot,
+            every: (args.pilot / 2).max(10),
+            options: Options {
+                bin_s: args.bin_us * 1e-6,
+                ..Options::default()
+            },
+        }),
     };
-    let bar = indicatif::ProgressBar::new(args.runs as u64);
+    if let Some(e) = args.target_error {
+        anyhow::ensure!(
+            e > 0.0 && e < 1.0 && args.confidence > 0.0 && args.confidence < 1.0,
+            "--target-error {e} --confidence {}: both must be between 0 and 1",
+            args.confidence
+        );
+    }
+    let bar = indicatif::ProgressBar::new(plan.runs as u64);
     let acquired = acquire(
         &mut runner,
         &mut logger,
@@ -117,7 +152,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "scenario": args.scenario.as_ref().map(|p| p.display().to_string()),
             "rig_recording": rig_out.display().to_string(),
         }),
-        |n| bar.set_position(n.runs as u64),
+        |n| {
+            bar.set_position(n.runs as u64);
+            if let Some(p) = n.planned_runs {
+                bar.set_message(format!("the planner estimates {p} runs for the target"));
+            }
+        },
     );
     bar.finish_and_clear();
     stop.store(true, Ordering::Relaxed);
@@ -127,6 +167,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     twin.stop().context("the twin failed")?;
     let acquired = acquired?;
     let rig_summary = rig_summary.context("the rig's capture failed")?;
+    if let Some(e) = args.target_error {
+        eprintln!(
+            "railtrace profile: target {:.2} % at {:.0} % confidence {} after {} runs (planner's estimate: {})",
+            e * 100.0,
+            args.confidence * 100.0,
+            if acquired.reached { "reached" } else { "NOT reached" },
+            acquired.runs,
+            acquired.planned_runs.map_or("none".to_string(), |p| p.to_string())
+        );
+    }
     eprintln!(
         "railtrace profile: {} trains, {} executions, {} logger readings, {} clock reads, {} edges driven in {}; rig: {} samples, {} frames lost, {} gaps in {}",
         acquired.runs,

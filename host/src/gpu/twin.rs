@@ -22,14 +22,24 @@ use crate::trigger::{Driven, TriggerError, TriggerOut};
 pub struct TwinGpu<'a> {
     twin: &'a Twin,
     pending: RefCell<railtrace_twin::twin::GpuOutputs>,
+    held: Instant,
 }
 
+/// How long the runner lets the scenario's own workload finish before its first launch
+/// (longer than a step of the shipped scenarios).
+pub const SETTLE: Duration = Duration::from_millis(100);
+
 impl<'a> TwinGpu<'a> {
-    /// The GPU side of `twin`.
+    /// The GPU side of `twin`, which the host now drives: the scenario's workload stops
+    /// at the end of its current step, and the runner's first launch waits
+    /// [`SETTLE`] for the GPU to be idle, as a real runner synchronises with the device
+    /// before its first random delay.
     pub fn new(twin: &'a Twin) -> TwinGpu<'a> {
+        twin.hold();
         TwinGpu {
             twin,
             pending: RefCell::default(),
+            held: Instant::now(),
         }
     }
 
@@ -101,6 +111,7 @@ impl GpuRunner for TwinRunner<'_> {
         trigger: &mut dyn TriggerOut,
     ) -> Result<Vec<ExecutionRecord>, GpuError> {
         let twin = self.gpu.twin;
+        std::thread::sleep(SETTLE.saturating_sub(self.gpu.held.elapsed()));
         let (lo, hi) = launch.delay_s;
         std::thread::sleep(Duration::from_secs_f64(
             (lo + (hi - lo) * self.uniform()).max(0.0),
