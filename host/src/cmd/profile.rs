@@ -9,16 +9,36 @@ use anyhow::Context;
 use railtrace::analysis::Options;
 use railtrace::capture::{capture, Config, Counters};
 use railtrace::gpu::twin::{TwinGpu, TwinTrigger};
-use railtrace::gpu::Launch;
+use railtrace::gpu::{GpuRunner, Launch, PowerLogger};
 use railtrace::profile::{acquire, rig_path, Plan, Target};
+use railtrace::trigger::TriggerOut;
 
 /// Runs a kernel many times with random delays, recording the GPU's executions, its
 /// clock, its own power logger and the rig's capture of the same run.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The GPU: `twin` (the digital twin's, with its rig; no hardware needed).
+    /// The GPU: `twin` (the digital twin's, with its rig; no hardware needed), or `rocm`
+    /// (an AMD GPU through HIP; built with --features rocm) with the rig on --port.
     #[arg(long, default_value = "twin")]
     gpu: String,
+    /// The rig's serial port (with a real GPU; the twin brings its own rig).
+    #[arg(long)]
+    port: Option<PathBuf>,
+    /// The GPU's index (with a real GPU).
+    #[arg(long)]
+    device: Option<usize>,
+    /// The GPU's own power logger (with an AMD GPU): `hwmon` (power1_average/input,
+    /// host-stamped) or `gpu-metrics`.
+    #[arg(long, default_value = "hwmon")]
+    logger: String,
+    /// The DRM card of --logger (/sys/class/drm/cardN); the first amdgpu when not given.
+    #[arg(long)]
+    card: Option<usize>,
+    /// The runner's trigger output wired to the rig's input (with a real GPU):
+    /// `serial:/dev/ttyUSB0:rts`, `serial:PATH:dtr` or `gpio:/dev/gpiochip0:17`; add
+    /// `:active-low` for an inverted line.
+    #[arg(long)]
+    trigger: Option<String>,
     /// The kernel to run (the twin's default scenario has `gemm`).
     #[arg(long, default_value = "gemm")]
     kernel: String,
@@ -64,51 +84,18 @@ pub struct Args {
 
 /// Runs `railtrace profile`.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        args.gpu == "twin",
-        "--gpu {}: this railtrace drives `twin` (ROCm needs the `rocm` feature and a device)",
-        args.gpu
-    );
     let (lo, hi) = (args.delay_ms[0], args.delay_ms[1]);
     anyhow::ensure!(
         lo >= 0.0 && hi >= lo,
         "--delay-ms {lo} {hi}: need 0 <= MIN <= MAX"
     );
-    let loaded = match &args.scenario {
-        Some(p) => railtrace_twin::load_scenario(p)?,
-        None => railtrace_twin::default_scenario(),
-    };
-    let twin = railtrace_twin::Twin::start(&loaded).context("the twin did not start")?;
-    // The rig: captured in the background for the whole run.
-    let rig_out = rig_path(&args.output);
-    let config = Config {
-        port: twin.path().to_path_buf(),
-        output: rig_out.clone(),
-        rig: None,
-        rate_hz: None,
-        channels: None,
-        averaging: 1,
-        duration: None,
-        reconnect_wait: Duration::from_secs(10),
-    };
-    let stop = Arc::new(AtomicBool::new(false));
-    let counters = Arc::new(Counters::default());
-    let rig = {
-        let (stop, counters) = (stop.clone(), counters.clone());
-        std::thread::spawn(move || capture(&config, &stop, &counters, |_| {}))
-    };
-    let started = Instant::now();
-    while counters.samples.load(Ordering::Relaxed) == 0 {
+    if let Some(e) = args.target_error {
         anyhow::ensure!(
-            !rig.is_finished() && started.elapsed() < Duration::from_secs(10),
-            "the rig's capture did not start"
+            e > 0.0 && e < 1.0 && args.confidence > 0.0 && args.confidence < 1.0,
+            "--target-error {e} --confidence {}: both must be between 0 and 1",
+            args.confidence
         );
-        std::thread::sleep(Duration::from_millis(10));
     }
-    let gpu = TwinGpu::new(&twin);
-    let mut runner = gpu.runner(args.seed);
-    let mut logger = gpu.logger();
-    let mut trigger = TwinTrigger::new(&twin, args.trigger_line);
     let plan = Plan {
         launch: Launch {
             kernel: args.kernel.clone(),
@@ -134,23 +121,137 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             },
         }),
     };
-    if let Some(e) = args.target_error {
-        anyhow::ensure!(
-            e > 0.0 && e < 1.0 && args.confidence > 0.0 && args.confidence < 1.0,
-            "--target-error {e} --confidence {}: both must be between 0 and 1",
-            args.confidence
-        );
+    match args.gpu.as_str() {
+        "twin" => {
+            let loaded = match &args.scenario {
+                Some(p) => railtrace_twin::load_scenario(p)?,
+                None => railtrace_twin::default_scenario(),
+            };
+            let twin = railtrace_twin::Twin::start(&loaded).context("the twin did not start")?;
+            let gpu = TwinGpu::new(&twin);
+            let result = profile(
+                &args,
+                &plan,
+                twin.path(),
+                &mut gpu.runner(args.seed),
+                &mut gpu.logger(),
+                &mut TwinTrigger::new(&twin, args.trigger_line),
+            );
+            twin.stop().context("the twin failed")?;
+            result
+        }
+        #[cfg(feature = "rocm")]
+        "rocm" => {
+            let port = args
+                .port
+                .as_deref()
+                .ok_or_else(|| anyhow::anyhow!("--gpu rocm needs --port, the rig's serial port"))?;
+            let mut runner = railtrace::gpu::rocm::RocmRunner::open(args.device)?;
+            let mut logger = open_logger(&args)?;
+            let mut trigger = open_trigger(&args)?;
+            profile(&args, &plan, port, &mut runner, &mut *logger, &mut *trigger)
+        }
+        other => anyhow::bail!(
+            "--gpu {other}: this railtrace drives {} (build with --features rocm for AMD GPUs)",
+            if cfg!(feature = "rocm") {
+                "`twin` and `rocm`"
+            } else {
+                "`twin`"
+            }
+        ),
+    }
+}
+
+/// The GPU's logger named by `--logger`.
+#[cfg(feature = "rocm")]
+fn open_logger(args: &Args) -> anyhow::Result<Box<dyn PowerLogger>> {
+    let root = std::path::Path::new("/");
+    Ok(match args.logger.as_str() {
+        "hwmon" => Box::new(railtrace::gpu::hwmon::HwmonLogger::open(root, args.card)?),
+        "gpu-metrics" => Box::new(railtrace::gpu::gpu_metrics::GpuMetricsLogger::open(
+            root, args.card,
+        )?),
+        other => anyhow::bail!("--logger {other}: `hwmon` or `gpu-metrics`"),
+    })
+}
+
+/// The trigger output named by `--trigger`: `serial:PATH:rts|dtr` or `gpio:CHIP:LINE`,
+/// with `:active-low` after either.
+#[cfg(feature = "rocm")]
+fn open_trigger(args: &Args) -> anyhow::Result<Box<dyn TriggerOut>> {
+    use railtrace::trigger::serial::{Line, SerialTrigger};
+    let spec = args.trigger.as_deref().ok_or_else(|| {
+        anyhow::anyhow!("--gpu rocm needs --trigger serial:PATH:rts|dtr or gpio:CHIP:LINE")
+    })?;
+    let (spec, active_high) = match spec.strip_suffix(":active-low") {
+        Some(s) => (s, false),
+        None => (spec, true),
+    };
+    let bad = || anyhow::anyhow!("--trigger {spec}: want serial:PATH:rts|dtr or gpio:CHIP:LINE");
+    let (kind, rest) = spec.split_once(':').ok_or_else(bad)?;
+    let (path, what) = rest.rsplit_once(':').ok_or_else(bad)?;
+    Ok(match (kind, what) {
+        ("serial", "rts") => Box::new(SerialTrigger::open(path.as_ref(), Line::Rts, active_high)?),
+        ("serial", "dtr") => Box::new(SerialTrigger::open(path.as_ref(), Line::Dtr, active_high)?),
+        ("gpio", line) => Box::new(railtrace::trigger::gpio::GpioTrigger::open(
+            path.as_ref(),
+            line.parse().map_err(|_| bad())?,
+            active_high,
+        )?),
+        _ => return Err(bad()),
+    })
+}
+
+/// A profiling run: the rig captured from `port` in the background, `plan` run on
+/// `runner` meanwhile.
+fn profile(
+    args: &Args,
+    plan: &Plan,
+    port: &std::path::Path,
+    runner: &mut dyn GpuRunner,
+    logger: &mut dyn PowerLogger,
+    trigger: &mut dyn TriggerOut,
+) -> anyhow::Result<()> {
+    let rig_out = rig_path(&args.output);
+    let config = Config {
+        port: port.to_path_buf(),
+        output: rig_out.clone(),
+        rig: None,
+        rate_hz: None,
+        channels: None,
+        averaging: 1,
+        duration: None,
+        reconnect_wait: Duration::from_secs(10),
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let counters = Arc::new(Counters::default());
+    let rig = {
+        let (stop, counters) = (stop.clone(), counters.clone());
+        std::thread::spawn(move || capture(&config, &stop, &counters, |_| {}))
+    };
+    let started = Instant::now();
+    while counters.samples.load(Ordering::Relaxed) == 0 {
+        if rig.is_finished() || started.elapsed() > Duration::from_secs(10) {
+            stop.store(true, Ordering::Relaxed);
+            let why = match rig.join() {
+                Ok(Err(e)) => e.to_string(),
+                _ => "no samples within 10 s".into(),
+            };
+            anyhow::bail!("the rig's capture did not start: {why}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
     let bar = indicatif::ProgressBar::new(plan.runs as u64);
     let acquired = acquire(
-        &mut runner,
-        &mut logger,
-        &mut trigger,
-        &plan,
+        runner,
+        logger,
+        trigger,
+        plan,
         &args.output,
         serde_json::json!({
             "scenario": args.scenario.as_ref().map(|p| p.display().to_string()),
             "rig_recording": rig_out.display().to_string(),
+            "rig_port": port.display().to_string(),
         }),
         |n| {
             bar.set_position(n.runs as u64);
@@ -164,7 +265,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let rig_summary = rig
         .join()
         .map_err(|_| anyhow::anyhow!("the rig's capture panicked"))?;
-    twin.stop().context("the twin failed")?;
     let acquired = acquired?;
     let rig_summary = rig_summary.context("the rig's capture failed")?;
     if let Some(e) = args.target_error {
