@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use railtrace_calibration::align::Bracket;
 
-use crate::analysis::{gpu_view, GpuSide};
+use crate::analysis::{gpu_view, GpuSide, LoggerStamp};
 use crate::gpu::{host_now_ns, ExecutionRecord, GpuError, GpuRunner, Launch, PowerLogger, Stamp};
 use crate::recording::{Event, Meta, RecordingError, Writer, FORMAT_VERSION};
 use crate::trigger::{Driven, TriggerError, TriggerOut};
@@ -154,22 +154,24 @@ impl Out {
 
     fn logger(&mut self, logger: &mut dyn PowerLogger) -> Result<(), ProfileError> {
         for r in logger.poll()? {
-            let (gpu_ticks, host_ns) = match r.stamp {
-                Stamp::GpuTicks(t) => (Some(t), None),
-                Stamp::HostNs(ns) => (None, Some(ns)),
-                Stamp::Own { .. } => (None, None),
+            let (stamp, gpu_ticks, host_ns, own_s) = match r.stamp {
+                Stamp::GpuTicks(t) => (LoggerStamp::Gpu(t), Some(t), None, None),
+                Stamp::HostNs(ns) => (LoggerStamp::Host(self.host_s(ns)), None, Some(ns), None),
+                Stamp::Own { ticks, hz } => {
+                    let own = ticks as f64 / hz;
+                    let polled = self.host_s(r.host_ns);
+                    (LoggerStamp::Own(own, polled), None, None, Some(own))
+                }
             };
-            match (gpu_ticks, host_ns) {
-                (Some(t), _) => self.side.logger.push((Ok(t), r.power_w)),
-                (None, Some(ns)) => self.side.logger.push((Err(self.host_s(ns)), r.power_w)),
-                _ => {}
-            }
+            self.side.logger.push((stamp, r.power_w));
             self.w.event(&Event::Logger {
                 time_s: host_ns.map_or(f64::NAN, |ns| self.host_s(ns)),
                 power_w: r.power_w,
                 instant_w: r.instant_w,
                 gpu_ticks,
                 host_ns,
+                own_s,
+                polled_ns: Some(r.host_ns),
             });
             self.n.logger_readings += 1;
         }

@@ -236,6 +236,7 @@ pub fn schema(meta: &Meta) -> Schema {
         unit_field("train", D::UInt64, ""),
         unit_field("index_in_train", D::UInt32, ""),
         unit_field("kernel", D::Utf8, ""),
+        unit_field("own_s", D::Float64, "s"),
     ]);
     let json = serde_json::to_string(meta).unwrap_or_default();
     Schema::new(fields).with_metadata(HashMap::from([
@@ -302,6 +303,11 @@ pub enum Event {
         gpu_ticks: Option<u64>,
         /// Its timestamp on the host's clock (ns since the Unix epoch), where it has one.
         host_ns: Option<i64>,
+        /// Its timestamp on the logger's own clock, s, where it has one (then `host_ns`
+        /// is None and `polled_ns` tells when the host got it).
+        own_s: Option<f64>,
+        /// When the host got the reading, ns since the Unix epoch.
+        polled_ns: Option<i64>,
     },
     /// A kernel execution (profiling runs).
     Execution {
@@ -411,6 +417,7 @@ struct Columns {
     train: UInt64Builder,
     index_in_train: arrow_array::builder::UInt32Builder,
     kernel: StringBuilder,
+    own_s: Float64Builder,
 }
 
 impl Columns {
@@ -438,6 +445,7 @@ impl Columns {
             train: UInt64Builder::new(),
             index_in_train: arrow_array::builder::UInt32Builder::new(),
             kernel: StringBuilder::new(),
+            own_s: Float64Builder::new(),
         }
     }
 
@@ -479,6 +487,7 @@ impl Columns {
         self.train.at(n);
         self.index_in_train.at(n);
         self.kernel.at(n);
+        self.own_s.at(n);
     }
 
     fn finish(&mut self, kinds: &ArrayRef) -> Result<Vec<ArrayRef>, ArrowError> {
@@ -511,12 +520,13 @@ impl Columns {
             Arc::new(self.logger_instant_w.finish()),
             Arc::new(self.text.finish()),
         ]);
-        out.extend::<[ArrayRef; 5]>([
+        out.extend::<[ArrayRef; 6]>([
             Arc::new(self.gpu_ticks.finish()),
             Arc::new(self.gpu_end_ticks.finish()),
             Arc::new(self.train.finish()),
             Arc::new(self.index_in_train.finish()),
             Arc::new(self.kernel.finish()),
+            Arc::new(self.own_s.finish()),
         ]);
         Ok(out)
     }
@@ -678,12 +688,16 @@ impl Writer {
                 instant_w,
                 gpu_ticks,
                 host_ns,
+                own_s,
+                polled_ns,
             } => {
                 let r = c.begin(Kind::Logger, *time_s);
                 c.logger_w.at(r).append_value(*power_w);
                 c.logger_instant_w.at(r).append_option(*instant_w);
                 c.gpu_ticks.at(r).append_option(*gpu_ticks);
                 c.host_recv_ns.at(r).append_option(*host_ns);
+                c.own_s.at(r).append_option(*own_s);
+                c.host_send_ns.at(r).append_option(*polled_ns);
             }
             Event::Execution {
                 time_s,

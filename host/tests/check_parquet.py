@@ -33,6 +33,7 @@ TAIL = [
     ("train", pa.uint64(), None),
     ("index_in_train", pa.uint32(), None),
     ("kernel", pa.string(), None),
+    ("own_s", pa.float64(), "s"),
 ]
 KINDS = {"sample", "gap", "edge", "time_sync", "logger", "status", "info", "log",
          "execution", "clock_read", "driven"}

@@ -89,6 +89,8 @@ fn write_recording(path: &Path) -> Recording {
                 instant_w: Some(40.25),
                 gpu_ticks: Some(123_456),
                 host_ns: None,
+                own_s: None,
+                polled_ns: None,
             }),
         ),
         (3.5e-4, text(Kind::Status, 3.5e-4, r#"{"a":1,"b":2}"#)),

@@ -161,6 +161,8 @@ fn write_recording(path: &Path, period: f64, gap: bool, logger: bool) {
                 instant_w: None,
                 gpu_ticks: None,
                 host_ns: None,
+                own_s: None,
+                polled_ns: None,
             });
         }
         w.maybe_flush().unwrap();

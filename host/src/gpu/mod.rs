@@ -14,6 +14,7 @@ pub mod gpu_metrics;
 pub mod hwmon;
 #[cfg(feature = "nvml")]
 pub mod nvml;
+pub mod recorded;
 #[cfg(feature = "rocm")]
 pub mod rocm;
 pub mod twin;

@@ -318,6 +318,8 @@ pub fn write_recording(
         instant_w: r.power_instant_w,
         gpu_ticks: None,
         host_ns: Some((r.time_us * 1e3).round() as i64),
+        own_s: None,
+        polled_ns: None,
     };
     let mut edges = run.edges_us.iter().peekable();
     let mut smi = run.smi.iter().peekable();
