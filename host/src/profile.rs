@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use railtrace_calibration::align::Bracket;
+use railtrace_calibration::align::{fit_brackets, Bracket};
 
 use crate::analysis::{gpu_view, GpuSide, LoggerStamp};
 use crate::gpu::{host_now_ns, ExecutionRecord, GpuError, GpuRunner, Launch, PowerLogger, Stamp};
@@ -102,6 +102,8 @@ struct Out {
     n: Acquired,
     /// What the keep-running mode checks.
     side: GpuSide,
+    /// GPU clock (s) → host (s since the epoch), from the reads so far.
+    link: Option<railtrace_calibration::align::LinearMap>,
 }
 
 impl Out {
@@ -149,7 +151,15 @@ impl Out {
             });
             self.n.clock_reads += 1;
         }
+        // The GPU link so far, for the rows' time_s (the analysis fits it again on all).
+        self.link = fit_brackets(&self.side.brackets, 0.2).ok().map(|f| f.map);
         Ok(())
+    }
+
+    /// A GPU clock reading on the host's timeline, by the link so far (NaN before one).
+    fn gpu_s(&self, ticks: u64) -> f64 {
+        self.link
+            .map_or(f64::NAN, |m| m.apply(ticks as f64 / self.hz))
     }
 
     fn logger(&mut self, logger: &mut dyn PowerLogger) -> Result<(), ProfileError> {
@@ -165,7 +175,11 @@ impl Out {
             };
             self.side.logger.push((stamp, r.power_w));
             self.w.event(&Event::Logger {
-                time_s: host_ns.map_or(f64::NAN, |ns| self.host_s(ns)),
+                time_s: match stamp {
+                    LoggerStamp::Gpu(t) => self.gpu_s(t),
+                    LoggerStamp::Host(t) => t,
+                    LoggerStamp::Own(..) => f64::NAN, // linked in the analysis
+                },
                 power_w: r.power_w,
                 instant_w: r.instant_w,
                 gpu_ticks,
@@ -195,7 +209,7 @@ impl Out {
                 .executions
                 .push((e.start_ticks, e.end_ticks, e.train, e.index_in_train));
             self.w.event(&Event::Execution {
-                time_s: f64::NAN,
+                time_s: self.gpu_s(e.start_ticks),
                 kernel: e.kernel.clone(),
                 train: e.train,
                 index_in_train: e.index_in_train,
@@ -262,6 +276,7 @@ pub fn acquire(
             line,
             ..GpuSide::default()
         },
+        link: None,
     };
     out.clock(runner, plan.clock_reads)?;
     for _ in 0..plan.runs {
