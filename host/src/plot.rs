@@ -20,6 +20,12 @@ use crate::recording::{Kind, Rows, Source};
 /// The embedded font (DejaVu Sans, licence in `host/assets`): no system font library needed.
 static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
 
+/// Registers the embedded font as plotters' "sans-serif" (no system font library needed).
+pub(crate) fn register_font() -> anyhow::Result<()> {
+    plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
+        .map_err(|_| anyhow!("the embedded font does not load"))
+}
+
 /// Space around the chart, px at 1600 × 900 (see [`Layout`]).
 const MARGIN: u32 = 20;
 /// Width of the y axis' labels and description.
@@ -335,8 +341,7 @@ pub fn render(rec: &impl Source, out: &Path, opts: &Options) -> anyhow::Result<P
             (data, Plotted { samples, ..plotted })
         }
     };
-    plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
-        .map_err(|_| anyhow!("the embedded font does not load"))?;
+    register_font()?;
     let mut title = opts.title.clone();
     if title.is_empty() {
         title = rec

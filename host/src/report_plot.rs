@@ -27,9 +27,6 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use crate::analysis::{Analysis, Point};
 use crate::plot::Format;
 
-/// The embedded font (DejaVu Sans, licence in `host/assets`), as in [`crate::plot`].
-static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
-
 /// The picture's size the fixed sizes below are for; others scale them.
 const REFERENCE: (f64, f64) = (2000.0, 1400.0);
 
@@ -85,8 +82,7 @@ pub fn check(out: &Path, opts: &Options) -> anyhow::Result<Format> {
 /// Draws `a` into `out` (`.svg` or `.png`, see [`Format::of`]).
 pub fn render(a: &Analysis, out: &Path, opts: &Options) -> anyhow::Result<()> {
     let format = check(out, opts)?;
-    plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
-        .map_err(|_| anyhow!("the embedded font does not load"))?;
+    crate::plot::register_font()?;
     let title = if opts.title.is_empty() {
         "railtrace report"
     } else {
