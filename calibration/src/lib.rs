@@ -11,6 +11,15 @@
 //! - [`plan`]: the CLT bound on the number of runs (STEM), and the keep-running test.
 //! - [`stats`]: normal and Student-t distribution functions, median, MAD.
 //!
+//! Issue 7 (the logger's response, and undoing it):
+//!
+//! - [`logger`]: identification of a power logger's response against a reference trace
+//!   (box, partial window, exponential, non-parametric), chosen by BIC, each parameter
+//!   with its standard error.
+//! - [`deconvolve`]: a stitched logger profile deconvolved with an identified response
+//!   (total variation, power ≥ 0, the idle level before the kernel, λ by a discrepancy
+//!   test), with a bootstrap band and the energy per execution.
+//!
 //! All times are in s, powers in W, energies in J. See `README.md` for the assumptions
 //! behind each function.
 
@@ -18,6 +27,8 @@
 
 pub mod align;
 pub mod binning;
+pub mod deconvolve;
+pub mod logger;
 pub mod plan;
 pub mod stats;
 pub mod stitch;

@@ -594,6 +594,59 @@ pub fn analyse(
     })
 }
 
+/// Two power series on one timeline (s since the profile's epoch), for identifying
+/// the logger against the rig.
+#[derive(Debug, Clone, Default)]
+pub struct Timeline {
+    /// The rig's sample times.
+    pub rig_t: Vec<f64>,
+    /// The rig's total power, W.
+    pub rig_w: Vec<f64>,
+    /// The logger's reading times.
+    pub logger_t: Vec<f64>,
+    /// The logger's readings, W.
+    pub logger_w: Vec<f64>,
+}
+
+/// The rig's samples and the logger's readings of a profiling run on the host's
+/// timeline, through the device and GPU links of [`analyse`].
+pub fn timeline(
+    profile_path: &Path,
+    rig_path: &Path,
+    o: &Options,
+) -> Result<Timeline, AnalysisError> {
+    let g = gpu_side(&recording::read(profile_path)?)?;
+    let rig = rig_side(&recording::read(rig_path)?, g.line, g.epoch_ns)?;
+    let driven: Vec<(bool, f64)> = g
+        .driven
+        .iter()
+        .map(|&(up, t)| (up, t + o.trigger_latency_s))
+        .collect();
+    let pairs = pair_edges(&driven, &rig.edges, 5e-3);
+    let device = fit_pairs(&pairs)
+        .map_err(|e| AnalysisError::Math(format!("device↔host from {} edges: {e}", pairs.len())))?;
+    let gpu = fit_brackets(&g.brackets, o.keep_brackets)
+        .map_err(|e| AnalysisError::Math(format!("GPU↔host: {e}")))?;
+    let own = own_link(&g);
+    let mut t = Timeline::default();
+    for &(d, w) in &rig.samples {
+        t.rig_t.push(device.map.apply(d));
+        t.rig_w.push(f64::from(w));
+    }
+    for &(stamp, w) in &g.logger {
+        let at = match stamp {
+            LoggerStamp::Gpu(ticks) => gpu.map.apply(ticks as f64 / g.hz),
+            LoggerStamp::Host(s) => s,
+            LoggerStamp::Own(own_s, _) => own.map_or(f64::NAN, |m| m.apply(own_s)),
+        };
+        if at.is_finite() {
+            t.logger_t.push(at);
+            t.logger_w.push(w);
+        }
+    }
+    Ok(t)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

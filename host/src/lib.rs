@@ -6,6 +6,7 @@ pub mod capture;
 pub mod export;
 pub mod gpu;
 pub mod import;
+pub mod logger_model;
 pub mod plot;
 pub mod profile;
 pub mod recording;

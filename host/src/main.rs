@@ -32,6 +32,8 @@ enum Command {
     Profile(cmd::profile::Args),
     /// The analysis of a profiling run: clocks aligned, executions binned, profiles stitched.
     Report(cmd::report::Args),
+    /// Identifies the GPU's power logger against the rig.
+    Calibrate(cmd::calibrate::Args),
     /// The digital twin of the bench.
     Twin(cmd::twin::Args),
 }
@@ -48,6 +50,7 @@ fn main() {
         Command::Import(args) => cmd::import::run(args),
         Command::Profile(args) => cmd::profile::run(args),
         Command::Report(args) => cmd::report::run(args),
+        Command::Calibrate(args) => cmd::calibrate::run(args),
         Command::Twin(args) => cmd::twin::run(args),
     };
     if let Err(e) = result {

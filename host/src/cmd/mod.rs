@@ -1,4 +1,5 @@
 //! One subcommand per file.
+pub mod calibrate;
 pub mod capture;
 pub mod devices;
 pub mod export;

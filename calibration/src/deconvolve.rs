@@ -1,0 +1,1867 @@
+//! Correction of a stitched logger profile: deconvolution of the logger's response.
+//!
+//! A stitched logger profile is the true power convolved with the logger's response
+//! (FinGraV's reviewers: a 1 ms box average turns a 200 µs kernel into a trapezoid).
+//! With the response identified (`crate::logger`), this module inverts it.
+//!
+//! # Model
+//!
+//! The profile is a uniform grid of TOI bins `[t0 + k·dt, t0 + (k+1)·dt)`, `y_k` the mean
+//! of the readings whose TOI fell in bin `k` (random delays spread them through the
+//! bin), optionally with its standard error `σ_k`. The power is taken as constant within
+//! cells on the same grid, `P_c` on `[t0 + c·dt, t0 + (c+1)·dt)`, and
+//!
+//! ```text
+//! y_k = gain · Σ_j h_j · P_{k − s − j} + offset + δ,       h_j ≥ 0, Σ h_j = 1,
+//! ```
+//!
+//! `s = delay / dt` (a fractional part interpolates between the two whole shifts), `δ`
+//! a small correction to the logger's offset fitted from the bins that see only idle
+//! cells ([`Options::fit_offset`]). The kernel `h` already holds the bin average:
+//! [`kernel`] (and [`box_kernel`], [`exponential_kernel`]) compute `h_j = Ḡ_j − Ḡ_{j−1}`,
+//! `Ḡ_j` the mean of the response's step response `G` over lags `[j·dt, (j+1)·dt]`, in
+//! closed form: exact for power constant within cells, fractional window edges
+//! included. Cells that end at or before `TOI = 0` hold the known idle power `P_idle`:
+//! the signal starts from a known level, which is what makes a box average invertible
+//! from its rising edge.
+//!
+//! # Method
+//!
+//! Total-variation regularised, non-negative weighted least squares:
+//!
+//! ```text
+//! minimise  ½ Σ_k w_k (y_k − ŷ_k(P, δ))²  +  λ Σ_{c penalised} |P_c − P_{c−1}|
+//! subject to P_c ≥ 0,   P_c = P_idle for cells before TOI 0,
+//! ```
+//!
+//! `w_k = 1/σ_k²` (1 without standard errors). A kernel of phases is piecewise constant,
+//! and the L1 penalty on first differences keeps steps sharp where a quadratic
+//! (Tikhonov) one would smear them. The jump into the first cell after `TOI = 0` (the
+//! kernel's start, known from the GPU's timestamps) is not penalised, nor, by default,
+//! the one at `duration` (its end); see [`Options::end_jump_free`]. TV selects the
+//! steps; the levels of the segments it finds are then refitted by least squares with
+//! `P ≥ 0` ([`Options::refit`], the relaxed or debiased estimate), which removes the L1
+//! penalty's shrinkage of the steps.
+//!
+//! In the jumps `u_c = P_c − P_{c−1}` the problem is a lasso whose columns are the
+//! logger's step responses, with linear constraints `P ≥ 0`. It is solved exactly by a
+//! primal active-set method: the working set is the inactive jumps (`u = 0`) and the
+//! segments held at `P = 0` (each by its first cell, which keeps the working
+//! constraints independent); each step solves the equality-constrained subproblem, in
+//! the free segments' levels, and moves towards its solution until a jump would change
+//! sign (it leaves) or a segment would go negative (it is held); at the subproblem's
+//! solution a held segment with a negative multiplier is released, else the inactive
+//! jump whose multiplier is most negative (`|∂| > λ`) enters. The result meets the KKT
+//! conditions to rounding, which the tests check against a direct convolution sum.
+//! Along `λ` the solver is warm-started; a profile of a few hundred bins is corrected,
+//! λ search and bootstrap included, in milliseconds.
+//!
+//! # Rule for λ
+//!
+//! - [`Rule::Discrepancy`] (the default): the discrepancy principle with the known
+//!   noise, as a goodness-of-fit test of the estimate: the largest `λ` whose estimate
+//!   has `χ² = Σ w_k (y_k − ŷ_k)² ≤ ν + z·√(2ν)`, `ν = N − df` (`N` bins with data, `df`
+//!   free segment levels, `z` = [`Options::discrepancy_z`], 2.33: a one-sided 1 % test).
+//!   `λ` halves from `λ_max` (above which only the free jumps move) until the estimate
+//!   passes, then bisects in `log λ`. The plain `χ² = N` overfits: with `N ≈ 300` the
+//!   noise alone moves `χ²` by ±25, and a noise draw above `N` buys spurious steps.
+//!   The noise is the standard errors', unless the profile's second differences show a
+//!   scatter ([`Deconvolved::noise_scale`]) more than 1.5× off, or there are none; then
+//!   it is the data's. If no `λ` passes before the fit has a parameter for every fourth
+//!   bin (a logger model that misfits), GCV answers and the rule says so.
+//! - [`Rule::Gcv`]: generalised cross-validation `N·χ²/(N − df)²` over a geometric grid.
+//!   AIC-like, it keeps spurious steps here (see `README.md`).
+//! - [`Rule::Fixed`]: a given `λ`.
+//!
+//! # Uncertainty
+//!
+//! A residual bootstrap with a fixed seed: the standardised residuals `(y_k − ŷ_k)/σ_k`,
+//! centred and inflated by `√(N/(N − df))`, are resampled with replacement onto the
+//! fitted readings, and each replicate is solved (TV, then refit) at the chosen `λ`. The
+//! band is the basic bootstrap interval `[2P̂ − q_{1−a}, 2P̂ − q_a]` of the replicates,
+//! widened to hold the estimate (the same for the energy). It holds the estimate's
+//! variability under the data's noise, including where the steps fall, but not the
+//! logger model's errors.
+
+use crate::stats::median;
+use crate::stitch::ProfileBin;
+use crate::ParamError;
+
+// ---------------------------------------------------------------------------------------
+// Kernels
+// ---------------------------------------------------------------------------------------
+
+/// A logger's response family, turned into a kernel on a grid by [`kernel`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Response<'a> {
+    /// Box average over the last `width_s` (the box logger, and the partial-window
+    /// logger too: which readings exist depends on its period, what each reading means
+    /// does not).
+    Box {
+        /// Window width, s (> 0).
+        width_s: f64,
+    },
+    /// First-order low pass with time constant `tau_s`, truncated to `len` taps and
+    /// renormalised (the mass left out is `e^{−(len−1)·dt/τ}` or less; take
+    /// `len ≥ 10·τ/dt + 1`).
+    Exponential {
+        /// Time constant, s (> 0).
+        tau_s: f64,
+        /// Number of taps (≥ 1), counting those the delay adds.
+        len: usize,
+    },
+    /// Non-negative staircase response: `weights[i]` acts on lags
+    /// `[i·step_s, (i+1)·step_s)`, uniformly within (normalised here, so `h_per_s`
+    /// works as it is).
+    Piecewise {
+        /// Width of a step, s (> 0).
+        step_s: f64,
+        /// Weights (finite, ≥ 0, not all 0).
+        weights: &'a [f64],
+    },
+}
+
+/// Mean over lags `[a, b]` (`a < b`) of the response's step response `G` (the fraction
+/// of a unit step seen at lag `v`; 0 for `v ≤ 0`).
+fn mean_step_response(response: &Response<'_>, a: f64, b: f64) -> f64 {
+    match *response {
+        Response::Box { width_s } => {
+            mean_piecewise(&[1.0], width_s, a, b) // one step of width W
+        }
+        Response::Exponential { tau_s, .. } => {
+            // ∫ (1 − e^{−v/τ}) over [max(a, 0), b].
+            let lo = a.max(0.0);
+            if b <= lo {
+                return 0.0;
+            }
+            let span = b - lo;
+            // e^{−lo/τ} − e^{−b/τ} = e^{−lo/τ}·(−expm1(−span/τ)), without cancellation.
+            let drop = (-lo / tau_s).exp() * -(-span / tau_s).exp_m1();
+            (span - tau_s * drop) / (b - a)
+        }
+        Response::Piecewise { step_s, weights } => mean_piecewise(weights, step_s, a, b),
+    }
+}
+
+/// Mean over `[a, b]` of the piecewise-linear step response of a staircase response with
+/// normalised `weights` on steps of `step` s.
+fn mean_piecewise(weights: &[f64], step: f64, a: f64, b: f64) -> f64 {
+    let end = step * weights.len() as f64;
+    let mut integral = 0.0;
+    // Past the response: G = 1.
+    if b > end {
+        integral += b - a.max(end);
+    }
+    let lo = a.max(0.0);
+    let hi = b.min(end);
+    if hi > lo {
+        let first = (lo / step).floor() as usize;
+        let mut cum: f64 = weights[..first.min(weights.len())].iter().sum();
+        let mut i = first;
+        while i < weights.len() {
+            let left = i as f64 * step;
+            let right = left + step;
+            if left >= hi {
+                break;
+            }
+            let x0 = lo.max(left);
+            let x1 = hi.min(right);
+            if x1 > x0 {
+                let g0 = cum + weights[i] * (x0 - left) / step;
+                let g1 = cum + weights[i] * (x1 - left) / step;
+                integral += 0.5 * (g0 + g1) * (x1 - x0);
+            }
+            cum += weights[i];
+            i += 1;
+        }
+    }
+    integral / (b - a)
+}
+
+/// The kernel of `response` on a grid of `dt` s, delayed by `delay_s` (≥ 0) s: for a
+/// stitched profile whose bins average readings spread through them and power constant
+/// within cells, `h_j = Ḡ_j − Ḡ_{j−1}` with `Ḡ_j` the mean of the step response over lags
+/// `[j·dt − d, (j+1)·dt − d]`, exact in closed form (fractional edges included).
+/// Trailing zero taps are dropped; the kernel sums to 1.
+///
+/// A delay folded in here is exact; one given to [`deconvolve`] through
+/// [`LoggerKernel::delay_s`] interpolates between whole-bin shifts.
+///
+/// # Errors
+///
+/// `dt` or a width not finite and > 0, a negative or non-finite delay, `len = 0`, bad
+/// weights, or more than [`MAX_TAPS`] taps.
+pub fn kernel(response: &Response<'_>, dt: f64, delay_s: f64) -> Result<Vec<f64>, ParamError> {
+    if !(dt.is_finite() && dt > 0.0) {
+        return Err(ParamError::new("dt", dt, "must be finite and > 0"));
+    }
+    if !(delay_s.is_finite() && delay_s >= 0.0) {
+        return Err(ParamError::new(
+            "delay_s",
+            delay_s,
+            "must be finite and ≥ 0",
+        ));
+    }
+    let normalised;
+    let (response, support) = match *response {
+        Response::Box { width_s } => {
+            if !(width_s.is_finite() && width_s > 0.0) {
+                return Err(ParamError::new(
+                    "width_s",
+                    width_s,
+                    "must be finite and > 0",
+                ));
+            }
+            (*response, width_s)
+        }
+        Response::Exponential { tau_s, len } => {
+            if !(tau_s.is_finite() && tau_s > 0.0) {
+                return Err(ParamError::new("tau_s", tau_s, "must be finite and > 0"));
+            }
+            if len == 0 {
+                return Err(ParamError::new("len", 0.0, "must be ≥ 1"));
+            }
+            (*response, (len - 1) as f64 * dt)
+        }
+        Response::Piecewise { step_s, weights } => {
+            if !(step_s.is_finite() && step_s > 0.0) {
+                return Err(ParamError::new("step_s", step_s, "must be finite and > 0"));
+            }
+            let sum: f64 = weights.iter().sum();
+            if weights.iter().any(|w| !(w.is_finite() && *w >= 0.0))
+                || !(sum.is_finite() && sum > 0.0)
+            {
+                return Err(ParamError::new(
+                    "weights",
+                    f64::NAN,
+                    "must be finite, ≥ 0 and not all 0",
+                ));
+            }
+            normalised = weights.iter().map(|w| w / sum).collect::<Vec<f64>>();
+            (
+                Response::Piecewise {
+                    step_s,
+                    weights: &normalised,
+                },
+                step_s * weights.len() as f64,
+            )
+        }
+    };
+    let taps = match response {
+        Response::Exponential { len, .. } => len as f64,
+        _ => ((support + delay_s) / dt).floor() + 2.0,
+    };
+    if taps > MAX_TAPS as f64 {
+        return Err(ParamError::new("dt", dt, "gives too many kernel taps"));
+    }
+    let taps = taps as usize;
+    let mut h = Vec::with_capacity(taps);
+    let mut previous = 0.0;
+    for j in 0..taps {
+        let a = j as f64 * dt - delay_s;
+        let g = mean_step_response(&response, a, a + dt);
+        h.push((g - previous).max(0.0));
+        previous = g;
+    }
+    while h.len() > 1 && h.last().is_some_and(|&x| x <= 1e-15) {
+        h.pop();
+    }
+    let sum: f64 = h.iter().sum();
+    if !(sum.is_finite() && sum > 0.0) {
+        return Err(ParamError::new("len", taps as f64, "leaves no response"));
+    }
+    h.iter_mut().for_each(|x| *x /= sum);
+    Ok(h)
+}
+
+/// Most taps [`kernel`] will make.
+pub const MAX_TAPS: usize = 1_000_000;
+
+/// The kernel of a box average of width `width_s` on a grid of `dt` (see [`kernel`]).
+///
+/// # Errors
+///
+/// As [`kernel`].
+pub fn box_kernel(width_s: f64, dt: f64) -> Result<Vec<f64>, ParamError> {
+    kernel(&Response::Box { width_s }, dt, 0.0)
+}
+
+/// The kernel of a first-order low pass of time constant `tau_s` on a grid of `dt`,
+/// `len` taps (see [`kernel`]).
+///
+/// # Errors
+///
+/// As [`kernel`].
+pub fn exponential_kernel(tau_s: f64, dt: f64, len: usize) -> Result<Vec<f64>, ParamError> {
+    kernel(&Response::Exponential { tau_s, len }, dt, 0.0)
+}
+
+// ---------------------------------------------------------------------------------------
+// Input, options, output
+// ---------------------------------------------------------------------------------------
+
+/// A stitched logger profile on a uniform TOI grid.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Profile {
+    /// Lower edge of the first bin, s (TOI: time since the execution's start).
+    pub t0_s: f64,
+    /// Bin width, s.
+    pub dt_s: f64,
+    /// Mean logger reading per bin, W (NaN: an empty bin, left out).
+    pub power_w: Vec<f64>,
+    /// Standard error of each bin's mean, W. NaN where a bin has a value (one reading)
+    /// takes the median; values are floored at a tenth of the median so that a bin of
+    /// identical quantised readings cannot claim infinite precision.
+    pub se_w: Option<Vec<f64>>,
+}
+
+impl Profile {
+    /// From [`crate::stitch::profile`]'s bins: `t0` the first bin's `lo`, `dt` its
+    /// width, the means, and standard errors `s_k/√n_k` with the variance `s_k²` pooled
+    /// over the bins within [`SE_POOL_HALF_WIDTH`] of bin `k` (weights `n − 1`).
+    ///
+    /// Pooling matters to the discrepancy rule: `1/s²` from `n` readings overstates
+    /// `1/σ²` by `(n − 1)/(n − 3)` on average (15 % for 16 readings), which would
+    /// inflate `χ²` and push λ down; pooled over 11 bins the bias is about 1 %. It
+    /// assumes the readings' scatter varies slowly with TOI.
+    ///
+    /// # Errors
+    ///
+    /// No bins, or bins that are not contiguous and of one width.
+    pub fn from_bins(bins: &[ProfileBin]) -> Result<Profile, ParamError> {
+        let Some(first) = bins.first() else {
+            return Err(ParamError::new("bins", 0.0, "no bins"));
+        };
+        let dt = first.hi - first.lo;
+        if !(dt.is_finite() && dt > 0.0) {
+            return Err(ParamError::new(
+                "bins",
+                dt,
+                "bin width must be finite and > 0",
+            ));
+        }
+        for (i, b) in bins.iter().enumerate() {
+            let lo = first.lo + i as f64 * dt;
+            if (b.lo - lo).abs() > 1e-6 * dt || (b.hi - b.lo - dt).abs() > 1e-6 * dt {
+                return Err(ParamError::new(
+                    "bins",
+                    i as f64,
+                    "must be contiguous and of one width",
+                ));
+            }
+        }
+        Ok(Profile {
+            t0_s: first.lo,
+            dt_s: dt,
+            power_w: bins
+                .iter()
+                .map(|b| if b.n > 0 { b.mean_w } else { f64::NAN })
+                .collect(),
+            se_w: Some(pooled_se(bins, SE_POOL_HALF_WIDTH)),
+        })
+    }
+}
+
+/// Bins on either side whose variances [`Profile::from_bins`] pools.
+pub const SE_POOL_HALF_WIDTH: usize = 5;
+
+/// `s_k/√n_k` with `s_k²` pooled over bins `k ± half` (weights `n − 1`); NaN for empty
+/// bins or where no neighbour has two readings.
+fn pooled_se(bins: &[ProfileBin], half: usize) -> Vec<f64> {
+    let nb = bins.len();
+    (0..nb)
+        .map(|k| {
+            if bins[k].n == 0 {
+                return f64::NAN;
+            }
+            let (mut ss, mut dof) = (0.0, 0.0);
+            for b in &bins[k.saturating_sub(half)..(k + half + 1).min(nb)] {
+                if b.n >= 2 && b.std_w.is_finite() {
+                    let d = (b.n - 1) as f64;
+                    ss += d * b.std_w * b.std_w;
+                    dof += d;
+                }
+            }
+            if dof > 0.0 {
+                (ss / dof / bins[k].n as f64).sqrt()
+            } else {
+                f64::NAN
+            }
+        })
+        .collect()
+}
+
+/// The logger as the forward model needs it: `reading = gain·(h ∗ P)(t − delay) + offset`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoggerKernel {
+    /// Kernel on the profile's grid, `h_j` weighting cell `k − j` for bin `k`
+    /// (non-negative, not all 0; see [`kernel`]). A sum other than 1 acts as a gain.
+    pub kernel: Vec<f64>,
+    /// Delay, s (any sign); a fraction of a bin interpolates linearly between the two
+    /// whole-bin shifts (fold it into [`kernel`] to be exact).
+    pub delay_s: f64,
+    /// Gain (> 0).
+    pub gain: f64,
+    /// Offset, W.
+    pub offset_w: f64,
+}
+
+/// What [`deconvolve`] needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Input {
+    /// The stitched logger profile.
+    pub profile: Profile,
+    /// The identified logger.
+    pub logger: LoggerKernel,
+    /// Power before the execution starts (TOI < 0), W (≥ 0).
+    pub idle_w: f64,
+    /// The execution's duration, s (> 0): the energy is integrated over
+    /// `[0, duration]`.
+    pub duration_s: f64,
+}
+
+/// How λ is chosen.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Rule {
+    /// The discrepancy principle as a goodness-of-fit test: the largest λ whose
+    /// estimate has `χ² ≤ ν + z·√(2ν)`, `ν = N − df` ([`Options::discrepancy_z`]).
+    /// Without standard errors the noise is taken from the data (second differences).
+    Discrepancy,
+    /// Minimum of generalised cross-validation `N·χ²/(N − df)²` over a geometric grid
+    /// (AIC-like: it keeps spurious steps; see `README.md`).
+    Gcv,
+    /// This λ (≥ 0; in the units of `χ²/W`, i.e. 1/W with standard errors).
+    Fixed(f64),
+}
+
+/// Options of [`deconvolve`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    /// Rule for λ (default [`Rule::Discrepancy`]).
+    pub rule: Rule,
+    /// The discrepancy rule accepts a fit whose `χ²` is within `z` standard deviations
+    /// above its expectation, `χ² ≤ ν + z·√(2ν)` with `ν = N − df` (default 2.33: a
+    /// one-sided 1 % test of the fit).
+    pub discrepancy_z: f64,
+    /// Leave the jump at the cell edge nearest `duration` unpenalised (default true):
+    /// the execution's end is known from the GPU's timestamps like its start.
+    pub end_jump_free: bool,
+    /// Fit a correction to the logger's offset, from the bins that see only idle cells
+    /// (at least [`MIN_IDLE_BINS`]; default true). An offset error, or a gain error
+    /// that puts `gain·P_idle` off, otherwise meets the fixed idle level as a misfit
+    /// that the rule can only answer with spurious steps.
+    pub fit_offset: bool,
+    /// Refit the levels of the segments TV found by least squares (with `P ≥ 0`),
+    /// removing the L1 penalty's shrinkage of the steps (default true; the "relaxed"
+    /// or debiased estimate). The rule then judges the refitted profiles.
+    pub refit: bool,
+    /// Bootstrap replicates for the band (default 100; 0: no band, `lo = hi = power`).
+    pub bootstrap: usize,
+    /// Central probability of the band (default 0.95).
+    pub confidence: f64,
+    /// Seed of the bootstrap's generator.
+    pub seed: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            rule: Rule::Discrepancy,
+            discrepancy_z: 2.33,
+            end_jump_free: true,
+            refit: true,
+            fit_offset: true,
+            bootstrap: 100,
+            confidence: 0.95,
+            seed: 0x5EED_DEC0,
+        }
+    }
+}
+
+/// A corrected profile.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Deconvolved {
+    /// Cell centres, s; cell `i` covers `[t_i − dt/2, t_i + dt/2)`. From the profile's
+    /// first bin (or TOI 0 if later) to the last cell any reading sees.
+    pub t: Vec<f64>,
+    /// Cell width, s.
+    pub dt_s: f64,
+    /// Corrected power, W (`idle_w` before TOI 0).
+    pub power_w: Vec<f64>,
+    /// Lower edge of the band, W.
+    pub lo_w: Vec<f64>,
+    /// Upper edge of the band, W.
+    pub hi_w: Vec<f64>,
+    /// The band's central probability.
+    pub confidence: f64,
+    /// The regularisation chosen (1/W with standard errors, else W).
+    pub lambda: f64,
+    /// The rule that chose it: `"discrepancy"`, `"gcv"`, `"gcv (discrepancy not
+    /// reached)"` or `"fixed"`.
+    pub rule: &'static str,
+    /// Energy per execution, `∫ P dt` over `[0, duration]`, J.
+    pub energy_j: f64,
+    /// Lower edge of the energy's band, J.
+    pub energy_lo_j: f64,
+    /// Upper edge of the energy's band, J.
+    pub energy_hi_j: f64,
+    /// The model's reading for every profile bin, W.
+    pub fitted_w: Vec<f64>,
+    /// The correction fitted to the logger's offset, W ([`Options::fit_offset`]; 0 if
+    /// not fitted): the readings are modelled as `gain·(h ∗ P) + offset_w + this`.
+    pub offset_fit_w: f64,
+    /// `Σ w_k (y_k − ŷ_k)²` over the bins with data.
+    pub chi2: f64,
+    /// Bins with data.
+    pub bins: usize,
+    /// Free segment levels in the solution (the fit's degrees of freedom).
+    pub segments: usize,
+    /// The readings' scatter seen in the profile's second differences, relative to the
+    /// standard errors (≈ 1 when they are right), or in W without them.
+    pub noise_scale: f64,
+    /// Bootstrap replicates behind the band.
+    pub bootstrap: usize,
+    /// Whether every solve met its optimality conditions.
+    pub converged: bool,
+}
+
+/// The TV solution at a given λ (before any refit), with what its optimality conditions
+/// need ([`fit_at`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fit {
+    /// The λ solved at.
+    pub lambda: f64,
+    /// Cell centres, s (as [`Deconvolved::t`]).
+    pub t: Vec<f64>,
+    /// Power per cell, W.
+    pub power_w: Vec<f64>,
+    /// Index in `t` of the first cell after TOI 0 (earlier cells are fixed at idle).
+    pub first_free: usize,
+    /// Per cell: whether the jump into it from the previous cell is penalised (false for
+    /// fixed cells and the free jumps).
+    pub penalised: Vec<bool>,
+    /// Per cell: the multiplier of its constraint `P ≥ 0` (0 where not held), in the
+    /// objective's units per W.
+    pub multipliers: Vec<f64>,
+    /// Weight `w_k` of each profile bin (0 for bins left out).
+    pub weights: Vec<f64>,
+    /// The model's reading for every profile bin, W.
+    pub fitted_w: Vec<f64>,
+    /// The correction fitted to the logger's offset, W (0 if not fitted).
+    pub offset_fit_w: f64,
+    /// `Σ w_k (y_k − ŷ_k)²`.
+    pub chi2: f64,
+    /// Free segment levels.
+    pub segments: usize,
+    /// Active-set iterations.
+    pub iterations: usize,
+    /// Whether the solver met its optimality conditions.
+    pub converged: bool,
+}
+
+// ---------------------------------------------------------------------------------------
+// The forward model
+// ---------------------------------------------------------------------------------------
+
+/// The problem in the jump variables `u_m = P_m − P_{m−1}` of the free cells
+/// `m = 0..n` (global cell `c_free + m`).
+#[derive(Debug, Clone)]
+struct Model {
+    t0: f64,
+    dt: f64,
+    /// Global index of the first free cell.
+    c_free: i64,
+    /// Whole-bin shift (delay plus leading zero taps).
+    shift: i64,
+    /// Step response `S(i) = Σ_{j ≤ i} h_j`, `S(i ≥ len) = S(len − 1)`.
+    step: Vec<f64>,
+    s_tot: f64,
+    gain: f64,
+    offset: f64,
+    idle: f64,
+    /// Free cells.
+    n: usize,
+    /// Per profile bin: weight (0 if left out), and the reading less the idle model.
+    w_bin: Vec<f64>,
+    b_bin: Vec<f64>,
+    sigma_bin: Vec<f64>,
+    /// Per `q = 0..n` (profile bin `q + shift + c_free`): weight.
+    wq: Vec<f64>,
+    /// Bins with data that see only idle cells (`q < 0`): index and weight.
+    pre_bins: Vec<usize>,
+    pre_w: Vec<f64>,
+    /// The observed data.
+    data: Data,
+    /// Variables: the `n` jumps, then the reading offset correction if fitted.
+    nv: usize,
+    /// Whether variable `m` is penalised.
+    pen: Vec<bool>,
+    /// `BᵀWB`, row-major `nv × nv`.
+    gram: Vec<f64>,
+    bins: usize,
+}
+
+/// Readings less the idle model: per row `q ≥ 0`, and for the bins before (`q < 0`).
+#[derive(Debug, Clone)]
+struct Data {
+    bq: Vec<f64>,
+    pre: Vec<f64>,
+}
+
+/// Fewest bins that see only idle cells for [`Options::fit_offset`] to apply.
+pub const MIN_IDLE_BINS: usize = 3;
+
+impl Model {
+    fn s(&self, i: usize) -> f64 {
+        self.step[i.min(self.step.len() - 1)]
+    }
+
+    /// Profile bin of row `q`, if it is one.
+    fn bin_of(&self, q: usize) -> Option<usize> {
+        let k = q as i64 + self.shift + self.c_free;
+        (k >= 0 && (k as usize) < self.w_bin.len()).then_some(k as usize)
+    }
+
+    fn new(input: &Input, options: &Options) -> Result<Model, ParamError> {
+        let p = &input.profile;
+        let lg = &input.logger;
+        let dt = p.dt_s;
+        if !(dt.is_finite() && dt > 0.0) {
+            return Err(ParamError::new("dt_s", dt, "must be finite and > 0"));
+        }
+        if !p.t0_s.is_finite() {
+            return Err(ParamError::new("t0_s", p.t0_s, "must be finite"));
+        }
+        if let Some(se) = &p.se_w {
+            if se.len() != p.power_w.len() {
+                return Err(ParamError::new(
+                    "se_w",
+                    se.len() as f64,
+                    "must have one value per bin",
+                ));
+            }
+        }
+        if lg.kernel.is_empty()
+            || lg.kernel.iter().any(|h| !(h.is_finite() && *h >= 0.0))
+            || lg.kernel.iter().sum::<f64>() <= 0.0
+        {
+            return Err(ParamError::new(
+                "kernel",
+                f64::NAN,
+                "must be finite, ≥ 0 and not all 0",
+            ));
+        }
+        if !(lg.gain.is_finite() && lg.gain > 0.0) {
+            return Err(ParamError::new("gain", lg.gain, "must be finite and > 0"));
+        }
+        if !lg.offset_w.is_finite() {
+            return Err(ParamError::new("offset_w", lg.offset_w, "must be finite"));
+        }
+        if !lg.delay_s.is_finite() {
+            return Err(ParamError::new("delay_s", lg.delay_s, "must be finite"));
+        }
+        if !(input.idle_w.is_finite() && input.idle_w >= 0.0) {
+            return Err(ParamError::new(
+                "idle_w",
+                input.idle_w,
+                "must be finite and ≥ 0",
+            ));
+        }
+        if !(input.duration_s.is_finite() && input.duration_s > 0.0) {
+            return Err(ParamError::new(
+                "duration_s",
+                input.duration_s,
+                "must be finite and > 0",
+            ));
+        }
+
+        // Whole and fractional shift.
+        let x = lg.delay_s / dt;
+        let mut shift = (x + 1e-9).floor();
+        let frac = x - shift;
+        let mut h = lg.kernel.clone();
+        if frac > 1e-9 {
+            let mut g = vec![0.0; h.len() + 1];
+            for (j, &v) in h.iter().enumerate() {
+                g[j] += (1.0 - frac) * v;
+                g[j + 1] += frac * v;
+            }
+            h = g;
+        }
+        let lead = h.iter().take_while(|&&v| v == 0.0).count();
+        h.drain(..lead);
+        while h.last() == Some(&0.0) {
+            h.pop();
+        }
+        shift += lead as f64;
+        if shift.abs() > 1e12 {
+            return Err(ParamError::new("delay_s", lg.delay_s, "too many bins"));
+        }
+        let shift = shift as i64;
+        let mut step = Vec::with_capacity(h.len());
+        let mut acc = 0.0;
+        for v in &h {
+            acc += v;
+            step.push(acc);
+        }
+        let s_tot = acc;
+
+        // First free cell: the first whose upper edge is after TOI 0.
+        let mut x0 = -p.t0_s / dt;
+        if (x0 - x0.round()).abs() < 1e-6 {
+            x0 = x0.round();
+        }
+        if x0.abs() > 1e12 {
+            return Err(ParamError::new("t0_s", p.t0_s, "too many bins from TOI 0"));
+        }
+        let c_free = x0.floor() as i64;
+
+        // Weights.
+        let nb = p.power_w.len();
+        let se_clean: Option<Vec<f64>> = p.se_w.as_ref().and_then(|se| {
+            let valid: Vec<f64> = se
+                .iter()
+                .zip(&p.power_w)
+                .filter(|(s, y)| s.is_finite() && **s > 0.0 && y.is_finite())
+                .map(|(s, _)| *s)
+                .collect();
+            let med = median(&valid);
+            med.is_finite().then(|| {
+                se.iter()
+                    .map(|&s| {
+                        if s.is_finite() && s >= 0.0 {
+                            s.max(0.1 * med)
+                        } else {
+                            med
+                        }
+                    })
+                    .collect()
+            })
+        });
+        let offset_idle = lg.offset_w + lg.gain * input.idle_w * s_tot;
+        let mut w_bin = vec![0.0; nb];
+        let mut b_bin = vec![0.0; nb];
+        let mut sigma_bin = vec![1.0; nb];
+        let mut q_max: i64 = -1;
+        let mut bins = 0;
+        for k in 0..nb {
+            let y = p.power_w[k];
+            if !y.is_finite() {
+                continue;
+            }
+            let sigma = se_clean.as_ref().map_or(1.0, |s| s[k]);
+            sigma_bin[k] = sigma;
+            w_bin[k] = 1.0 / (sigma * sigma);
+            b_bin[k] = y - offset_idle;
+            bins += 1;
+            q_max = q_max.max(k as i64 - shift - c_free);
+        }
+        if bins == 0 {
+            return Err(ParamError::new("power_w", f64::NAN, "no bin has a value"));
+        }
+        if q_max < 0 {
+            return Err(ParamError::new(
+                "power_w",
+                f64::NAN,
+                "no reading sees power after TOI 0",
+            ));
+        }
+        let n = (q_max + 1) as usize;
+        if n > MAX_CELLS {
+            return Err(ParamError::new("power_w", n as f64, "too many cells"));
+        }
+        let mut model = Model {
+            t0: p.t0_s,
+            dt,
+            c_free,
+            shift,
+            step,
+            s_tot,
+            gain: lg.gain,
+            offset: lg.offset_w,
+            idle: input.idle_w,
+            n,
+            w_bin,
+            b_bin,
+            sigma_bin,
+            wq: vec![0.0; n],
+            pre_bins: Vec::new(),
+            pre_w: Vec::new(),
+            data: Data {
+                bq: vec![0.0; n],
+                pre: Vec::new(),
+            },
+            nv: n,
+            pen: vec![true; n],
+            gram: Vec::new(),
+            bins,
+        };
+        for k in 0..nb {
+            let q = k as i64 - shift - c_free;
+            if q >= 0 {
+                model.wq[q as usize] = model.w_bin[k];
+                model.data.bq[q as usize] = model.b_bin[k];
+            } else if model.w_bin[k] > 0.0 {
+                model.pre_bins.push(k);
+                model.pre_w.push(model.w_bin[k]);
+                model.data.pre.push(model.b_bin[k]);
+            }
+        }
+        model.pen[0] = false;
+        if options.fit_offset && model.pre_bins.len() >= MIN_IDLE_BINS {
+            model.nv = n + 1;
+            model.pen.push(false);
+        }
+        if options.end_jump_free {
+            let cell0 = p.t0_s + c_free as f64 * dt;
+            let m = ((input.duration_s - cell0) / dt).round();
+            if m > 0.0 && m < n as f64 {
+                model.pen[m as usize] = false;
+            }
+        }
+        model.gram = model.build_gram();
+        Ok(model)
+    }
+
+    /// `BᵀWB` with `B_{q,m} = gain·S(q − m)` (and a column of ones for the offset
+    /// correction): O(n·len²).
+    fn build_gram(&self) -> Vec<f64> {
+        let n = self.n;
+        let nv = self.nv;
+        let len = self.step.len();
+        let mut wsuf = vec![0.0; n + 1];
+        for q in (0..n).rev() {
+            wsuf[q] = wsuf[q + 1] + self.wq[q];
+        }
+        // v[m] = Σ_{q ≥ m} w_q S(q − m).
+        let mut v = vec![0.0; n];
+        for (m, vm) in v.iter_mut().enumerate() {
+            let top = (m + len - 1).min(n);
+            let mut acc = 0.0;
+            for q in m..top {
+                acc += self.wq[q] * self.step[q - m];
+            }
+            *vm = acc + self.s_tot * wsuf[top];
+        }
+        let g2 = self.gain * self.gain;
+        let mut gram = vec![0.0; nv * nv];
+        for m2 in 0..n {
+            let top = (m2 + len - 1).min(n);
+            for m in 0..=m2 {
+                let value = if m2 - m >= len - 1 {
+                    self.s_tot * v[m2]
+                } else {
+                    let mut acc = 0.0;
+                    for q in m2..top {
+                        acc += self.wq[q] * self.s(q - m) * self.step[q - m2];
+                    }
+                    acc + self.s_tot * self.s_tot * wsuf[top]
+                };
+                gram[m * nv + m2] = g2 * value;
+                gram[m2 * nv + m] = g2 * value;
+            }
+        }
+        if nv > n {
+            for m in 0..n {
+                gram[m * nv + n] = self.gain * v[m];
+                gram[n * nv + m] = self.gain * v[m];
+            }
+            gram[n * nv + n] = wsuf[0] + self.pre_w.iter().sum::<f64>();
+        }
+        gram
+    }
+
+    /// `BᵀW b` for `data`.
+    fn rhs(&self, data: &Data) -> Vec<f64> {
+        let n = self.n;
+        let bq = &data.bq;
+        let len = self.step.len();
+        let mut wbsuf = vec![0.0; n + 1];
+        for q in (0..n).rev() {
+            wbsuf[q] = wbsuf[q + 1] + self.wq[q] * bq[q];
+        }
+        let mut c: Vec<f64> = (0..n)
+            .map(|m| {
+                let top = (m + len - 1).min(n);
+                let acc: f64 = (m..top)
+                    .map(|q| self.wq[q] * bq[q] * self.step[q - m])
+                    .sum();
+                self.gain * (acc + self.s_tot * wbsuf[top])
+            })
+            .collect();
+        if self.nv > n {
+            let pre: f64 = self.pre_w.iter().zip(&data.pre).map(|(w, b)| w * b).sum();
+            c.push(wbsuf[0] + pre);
+        }
+        c
+    }
+
+    /// The offset correction of a state, W (0 if not fitted).
+    fn offset_fit(&self, st: &State) -> f64 {
+        if self.nv > self.n {
+            st.u[self.n]
+        } else {
+            0.0
+        }
+    }
+
+    /// Model `b` per row `q` from the active jumps and the offset correction.
+    fn predict_rows(&self, st: &State) -> Vec<f64> {
+        let mut out = vec![self.offset_fit(st); self.n];
+        for &m in &st.active {
+            if m >= self.n {
+                continue;
+            }
+            let um = self.gain * st.u[m];
+            if um == 0.0 {
+                continue;
+            }
+            for (q, o) in out.iter_mut().enumerate().skip(m) {
+                *o += um * self.s(q - m);
+            }
+        }
+        out
+    }
+
+    fn chi2(&self, st: &State, data: &Data) -> f64 {
+        let pred = self.predict_rows(st);
+        let delta = self.offset_fit(st);
+        let mut chi2: f64 = self
+            .pre_w
+            .iter()
+            .zip(&data.pre)
+            .map(|(w, b)| w * (b - delta) * (b - delta))
+            .sum();
+        for ((w, b), p) in self.wq.iter().zip(&data.bq).zip(&pred) {
+            chi2 += w * (b - p) * (b - p);
+        }
+        chi2
+    }
+
+    /// Power per free cell.
+    fn power(&self, u: &[f64]) -> Vec<f64> {
+        let mut acc = self.idle;
+        u[..self.n]
+            .iter()
+            .map(|d| {
+                acc += d;
+                acc
+            })
+            .collect()
+    }
+}
+
+/// Most free cells [`deconvolve`] will solve for.
+pub const MAX_CELLS: usize = 20_000;
+
+// ---------------------------------------------------------------------------------------
+// The active-set solver
+// ---------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+struct State {
+    /// Jumps, per free cell.
+    u: Vec<f64>,
+    /// Active jumps, ascending (always holding the free ones, so cell 0 starts a
+    /// segment).
+    active: Vec<usize>,
+    /// Sign of each penalised active jump (±1), 0 elsewhere.
+    theta: Vec<f64>,
+    /// Segments held at P = 0, each by its first cell (an active jump), ascending;
+    /// and their multipliers.
+    work: Vec<usize>,
+    mu: Vec<f64>,
+    iterations: usize,
+    converged: bool,
+}
+
+impl State {
+    fn new(model: &Model) -> State {
+        let active: Vec<usize> = (0..model.nv).filter(|&m| !model.pen[m]).collect();
+        State {
+            u: vec![0.0; model.nv],
+            active,
+            theta: vec![0.0; model.nv],
+            work: Vec::new(),
+            mu: Vec::new(),
+            iterations: 0,
+            converged: false,
+        }
+    }
+
+    /// Free parameters: the levels of the segments not held at 0, and the offset
+    /// correction if fitted.
+    fn df(&self) -> usize {
+        self.active.len().saturating_sub(self.work.len())
+    }
+
+    /// First cell of the segment holding cell `i`.
+    fn segment_start(&self, i: usize) -> usize {
+        let k = self.active.partition_point(|&m| m <= i);
+        if k == 0 {
+            0
+        } else {
+            self.active[k - 1]
+        }
+    }
+
+    /// Holds the segment starting at `a`.
+    fn hold(&mut self, a: usize) {
+        if let Err(pos) = self.work.binary_search(&a) {
+            self.work.insert(pos, a);
+            self.mu.insert(pos, 0.0);
+        }
+    }
+
+    /// Removes active jump `m` (its value is 0): its segment merges into the previous
+    /// one, which is held if either was (both are then at 0).
+    fn remove_jump(&mut self, m: usize) {
+        if let Ok(pos) = self.active.binary_search(&m) {
+            self.active.remove(pos);
+        }
+        self.u[m] = 0.0;
+        self.theta[m] = 0.0;
+        if let Ok(pos) = self.work.binary_search(&m) {
+            self.work.remove(pos);
+            self.mu.remove(pos);
+            if m > 0 {
+                let a = self.segment_start(m - 1);
+                self.hold(a);
+            }
+        }
+    }
+}
+
+/// Gradient of the smooth part, `G u − c`.
+fn gradient(model: &Model, c: &[f64], st: &State) -> Vec<f64> {
+    let n = model.nv;
+    let mut g: Vec<f64> = c.iter().map(|v| -v).collect();
+    for &m in &st.active {
+        let um = st.u[m];
+        if um == 0.0 {
+            continue;
+        }
+        let row = &model.gram[m * n..(m + 1) * n];
+        for (gi, r) in g.iter_mut().zip(row) {
+            *gi += r * um;
+        }
+    }
+    g
+}
+
+/// Solves the equality-constrained subproblem on the active set: the jumps `u_A` and
+/// the multipliers of the held segments.
+///
+/// It is solved in the segments' levels `x` (a held segment's level is 0, the others
+/// free), so its size is the number of free parameters, however many segments are held:
+/// `u = T x + u₀` with `u_{a_s} = x_s − x_{s−1}` (`x_{−1}` = idle) and the offset
+/// correction as itself; `Tᵀ(G u − c + λθ) = 0` on the free levels, and on a held one
+/// that component is its multiplier.
+fn subproblem(model: &Model, c: &[f64], lambda: f64, st: &State) -> Option<(Vec<f64>, Vec<f64>)> {
+    let nv = model.nv;
+    let act = &st.active;
+    let k = act.len();
+    let jumps = act.iter().take_while(|&&m| m < model.n).count();
+    let mut g = vec![0.0; k * k];
+    let mut cp = vec![0.0; k];
+    for (i, &mi) in act.iter().enumerate() {
+        for (j, &mj) in act.iter().enumerate() {
+            g[i * k + j] = model.gram[mi * nv + mj];
+        }
+        cp[i] = c[mi]
+            - if st.theta[mi] != 0.0 {
+                lambda * st.theta[mi]
+            } else {
+                0.0
+            };
+    }
+    // Tᵀ v for a vector over the active variables.
+    let t_transpose = |v: &[f64]| -> Vec<f64> {
+        (0..k)
+            .map(|s| if s + 1 < jumps { v[s] - v[s + 1] } else { v[s] })
+            .collect()
+    };
+    // G T, column by column, then H = Tᵀ G T.
+    let mut gt = vec![0.0; k * k];
+    for i in 0..k {
+        for s in 0..k {
+            gt[i * k + s] = if s + 1 < jumps {
+                g[i * k + s] - g[i * k + s + 1]
+            } else {
+                g[i * k + s]
+            };
+        }
+    }
+    // r = Tᵀ(c' − G u₀), u₀ = −idle at the first jump.
+    let w: Vec<f64> = (0..k).map(|i| cp[i] + model.idle * g[i * k]).collect();
+    let r = t_transpose(&w);
+    let held: Vec<bool> = (0..k)
+        .map(|s| s < jumps && st.work.binary_search(&act[s]).is_ok())
+        .collect();
+    let free: Vec<usize> = (0..k).filter(|&s| !held[s]).collect();
+    let f = free.len();
+    let mut h = vec![0.0; f * f];
+    for (a, &s) in free.iter().enumerate() {
+        for (b, &t) in free.iter().enumerate() {
+            h[a * f + b] = if s + 1 < jumps {
+                gt[s * k + t] - gt[(s + 1) * k + t]
+            } else {
+                gt[s * k + t]
+            };
+        }
+    }
+    let rf: Vec<f64> = free.iter().map(|&s| r[s]).collect();
+    let xf = solve_dense(&h, &rf, f)?;
+    let mut x = vec![0.0; k];
+    for (a, &s) in free.iter().enumerate() {
+        x[s] = xf[a];
+    }
+    let u: Vec<f64> = (0..k)
+        .map(|s| {
+            if s >= jumps {
+                x[s]
+            } else if s == 0 {
+                x[0] - model.idle
+            } else {
+                x[s] - x[s - 1]
+            }
+        })
+        .collect();
+    let grad: Vec<f64> = (0..k)
+        .map(|i| (0..k).map(|j| g[i * k + j] * u[j]).sum::<f64>() - cp[i])
+        .collect();
+    let gx = t_transpose(&grad);
+    let mu = st
+        .work
+        .iter()
+        .map(|cell| act.binary_search(cell).map_or(0.0, |s| gx[s]))
+        .collect();
+    Some((u, mu))
+}
+
+/// Solves `A x = b` (`n × n`, row-major) by LU with partial pivoting and one step of
+/// iterative refinement; `None` for a numerically singular matrix.
+fn solve_dense(a: &[f64], b: &[f64], n: usize) -> Option<Vec<f64>> {
+    let mut lu = a.to_vec();
+    let mut perm: Vec<usize> = (0..n).collect();
+    let scale = a.iter().fold(0.0_f64, |m, v| m.max(v.abs()));
+    if !(scale.is_finite() && scale > 0.0) && n > 0 {
+        return None;
+    }
+    for col in 0..n {
+        let (piv, best) = (col..n)
+            .map(|r| (r, lu[r * n + col].abs()))
+            .fold((col, -1.0), |acc, x| if x.1 > acc.1 { x } else { acc });
+        if best.is_nan() || best <= 1e-15 * scale {
+            return None;
+        }
+        if piv != col {
+            for j in 0..n {
+                lu.swap(col * n + j, piv * n + j);
+            }
+            perm.swap(col, piv);
+        }
+        let d = lu[col * n + col];
+        for r in col + 1..n {
+            let f = lu[r * n + col] / d;
+            lu[r * n + col] = f;
+            if f == 0.0 {
+                continue;
+            }
+            for j in col + 1..n {
+                lu[r * n + j] -= f * lu[col * n + j];
+            }
+        }
+    }
+    let substitute = |rhs: &[f64]| -> Vec<f64> {
+        let mut y: Vec<f64> = perm.iter().map(|&p| rhs[p]).collect();
+        for r in 0..n {
+            let mut acc = y[r];
+            for j in 0..r {
+                acc -= lu[r * n + j] * y[j];
+            }
+            y[r] = acc;
+        }
+        for r in (0..n).rev() {
+            let mut acc = y[r];
+            for j in r + 1..n {
+                acc -= lu[r * n + j] * y[j];
+            }
+            y[r] = acc / lu[r * n + r];
+        }
+        y
+    };
+    let mut x = substitute(b);
+    let residual: Vec<f64> = (0..n)
+        .map(|r| b[r] - (0..n).map(|j| a[r * n + j] * x[j]).sum::<f64>())
+        .collect();
+    let dx = substitute(&residual);
+    x.iter_mut().zip(&dx).for_each(|(xi, d)| *xi += d);
+    x.iter().all(|v| v.is_finite()).then_some(x)
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Block {
+    Jump(usize),
+    Cell(usize),
+}
+
+/// Minimises `½uᵀGu − cᵀu + λ Σ_pen |u_m|` subject to `P ≥ 0`, from the feasible state
+/// `st` (warm start). `lambda = ∞` moves the free jumps only.
+///
+/// Primal active-set method on the split form (`u_m = u⁺ − u⁻`, both ≥ 0): the working
+/// set is the inactive jumps (`u_m = 0`) and the held segments (`P = 0`, each by its
+/// first cell, so that the working constraints stay linearly independent and the
+/// multiplier of `u_m = 0` is `g_m − Σ_{held r ≥ m} μ_r`).
+fn solve(model: &Model, c: &[f64], lambda: f64, st: &mut State) {
+    let n = model.n;
+    let c_scale = c.iter().fold(0.0_f64, |m, v| m.max(v.abs())).max(1e-300);
+    let tol = 1e-9 * if lambda.is_finite() { lambda } else { 0.0 } + 1e-11 * c_scale;
+    let max_iter = 20 * n + 500;
+    st.converged = false;
+    let mut last_added: Option<usize> = None;
+    let mut stalls = 0;
+    for _ in 0..max_iter {
+        st.iterations += 1;
+        let Some((ua, mu)) = subproblem(model, c, lambda, st) else {
+            // Numerically dependent active set: drop the most recent entrant, if any.
+            match last_added.take() {
+                Some(m) => {
+                    st.remove_jump(m);
+                    continue;
+                }
+                None => return,
+            }
+        };
+        // Step towards the subproblem's solution, as far as signs and P ≥ 0 allow.
+        // Values at rounding level count as 0 (a jump held at 0 by two held segments).
+        let p = model.power(&st.u);
+        let u_tol = 1e-12 * (p.iter().fold(model.idle, |m, v| m.max(v.abs())) + 1.0);
+        let mut ua = ua;
+        for (i, &m) in st.active.iter().enumerate() {
+            if st.theta[m] * ua[i] < 0.0 && st.theta[m] * ua[i] > -u_tol {
+                ua[i] = 0.0;
+            }
+        }
+        let mut alpha = 1.0;
+        let mut block: Option<Block> = None;
+        for (i, &m) in st.active.iter().enumerate() {
+            let th = st.theta[m];
+            if th != 0.0 && th * ua[i] < 0.0 {
+                let a = (st.u[m] * th).max(0.0) / (th * (st.u[m] - ua[i]));
+                if a < alpha {
+                    alpha = a;
+                    block = Some(Block::Jump(m));
+                }
+            }
+        }
+        let mut d = vec![0.0; model.nv];
+        for (i, &m) in st.active.iter().enumerate() {
+            d[m] = ua[i] - st.u[m];
+        }
+        let mut dp = 0.0;
+        let mut held = false;
+        for i in 0..n {
+            dp += d[i];
+            if st.active.binary_search(&i).is_ok() {
+                held = st.work.binary_search(&i).is_ok();
+            }
+            if held {
+                continue;
+            }
+            if dp < -1e-14 * (p[i].abs() + model.idle + 1.0) {
+                let a = p[i].max(0.0) / -dp;
+                if a < alpha {
+                    alpha = a;
+                    block = Some(Block::Cell(i));
+                }
+            }
+        }
+        for &m in &st.active {
+            st.u[m] += alpha * d[m];
+        }
+        match block {
+            Some(Block::Jump(m)) => {
+                if alpha == 0.0 && last_added == Some(m) {
+                    stalls += 1;
+                    if stalls > 3 {
+                        return;
+                    }
+                }
+                st.remove_jump(m);
+                last_added = None;
+            }
+            Some(Block::Cell(i)) => {
+                let a = st.segment_start(i);
+                st.hold(a);
+                last_added = None;
+            }
+            None => {
+                st.mu = mu;
+                // Release the held segment with the most negative multiplier.
+                let worst = st
+                    .mu
+                    .iter()
+                    .enumerate()
+                    .fold(
+                        (usize::MAX, -tol),
+                        |acc, (i, &v)| {
+                            if v < acc.1 {
+                                (i, v)
+                            } else {
+                                acc
+                            }
+                        },
+                    );
+                if worst.0 != usize::MAX {
+                    st.work.remove(worst.0);
+                    st.mu.remove(worst.0);
+                    continue;
+                }
+                if !lambda.is_finite() {
+                    st.converged = true;
+                    return;
+                }
+                // Enter the jump whose bound has the most negative multiplier.
+                let g = reduced_gradient(model, c, st);
+                let mut best = (usize::MAX, tol);
+                let mut ai = 0;
+                for (m, gm) in g.iter().enumerate() {
+                    if ai < st.active.len() && st.active[ai] == m {
+                        ai += 1;
+                        continue;
+                    }
+                    if !model.pen[m] {
+                        continue;
+                    }
+                    let v = gm.abs() - lambda;
+                    if v > best.1 {
+                        best = (m, v);
+                    }
+                }
+                if best.0 == usize::MAX {
+                    st.converged = true;
+                    return;
+                }
+                let m = best.0;
+                st.theta[m] = -g[m].signum();
+                st.u[m] = 0.0;
+                let pos = st.active.partition_point(|&a| a < m);
+                st.active.insert(pos, m);
+                last_added = Some(m);
+            }
+        }
+    }
+}
+
+/// `G u − c − Σ_{held r ≥ m} μ_r`: the gradient in the jumps less the held segments'
+/// multipliers (for an inactive jump, the multiplier of `u_m = 0`).
+fn reduced_gradient(model: &Model, c: &[f64], st: &State) -> Vec<f64> {
+    let mut g = gradient(model, c, st);
+    let mut acc = 0.0;
+    let mut wi = st.work.len();
+    for m in (0..model.nv).rev() {
+        while wi > 0 && st.work[wi - 1] >= m {
+            wi -= 1;
+            acc += st.mu[wi];
+        }
+        g[m] -= acc;
+    }
+    g
+}
+
+// ---------------------------------------------------------------------------------------
+// Choosing λ
+// ---------------------------------------------------------------------------------------
+
+/// λ above which no penalised jump moves, with the free-jumps-only state.
+fn lambda_max(model: &Model, c: &[f64]) -> (f64, State) {
+    let mut st = State::new(model);
+    solve(model, c, f64::INFINITY, &mut st);
+    let g = reduced_gradient(model, c, &st);
+    let lmax = (0..model.nv)
+        .filter(|&m| model.pen[m])
+        .map(|m| g[m].abs())
+        .fold(0.0, f64::max);
+    (lmax, st)
+}
+
+/// The TV solve at `lambda` (warm-started from `tv`, left there) and the estimate: the
+/// least-squares refit of its segments (with `P ≥ 0`), or the TV solution itself.
+fn estimate(model: &Model, c: &[f64], lambda: f64, tv: &mut State, refit: bool) -> State {
+    solve(model, c, lambda, tv);
+    let mut est = tv.clone();
+    if refit {
+        est.theta.iter_mut().for_each(|t| *t = 0.0);
+        // With every active jump free, λ = ∞ moves them with no penalty and lets none in.
+        solve(model, c, f64::INFINITY, &mut est);
+        est.converged &= tv.converged;
+    }
+    est
+}
+
+#[derive(Debug, Clone)]
+struct Chosen {
+    lambda: f64,
+    /// The TV solution at `lambda` (the bootstrap's warm start).
+    tv: State,
+    /// The estimate (refitted or not).
+    est: State,
+    rule: &'static str,
+}
+
+fn gcv_score(model: &Model, chi2: f64, st: &State) -> f64 {
+    let n = model.bins as f64;
+    let df = st.df() as f64;
+    if df >= n {
+        f64::INFINITY
+    } else {
+        n * chi2 / ((n - df) * (n - df))
+    }
+}
+
+fn choose_gcv(model: &Model, c: &[f64], lmax: f64, st0: &State, refit: bool) -> Chosen {
+    let mut tv = st0.clone();
+    let mut lambda = lmax;
+    let mut best: Option<(f64, Chosen)> = None;
+    let floor = lmax * 1e-7;
+    let mut since_best = 0;
+    while lambda > floor && since_best < 15 {
+        let est = estimate(model, c, lambda, &mut tv, refit);
+        let score = gcv_score(model, model.chi2(&est, &model.data), &est);
+        since_best += 1;
+        if best.as_ref().is_none_or(|b| score < b.0) {
+            since_best = 0;
+            best = Some((
+                score,
+                Chosen {
+                    lambda,
+                    tv: tv.clone(),
+                    est: est.clone(),
+                    rule: "gcv",
+                },
+            ));
+        }
+        if 4 * est.df() > model.bins {
+            break;
+        }
+        lambda *= 0.8;
+    }
+    match best {
+        Some((_, chosen)) => chosen,
+        None => Chosen {
+            lambda,
+            tv: st0.clone(),
+            est: st0.clone(),
+            rule: "gcv",
+        },
+    }
+}
+
+/// The noise scale the data show, relative to the standard errors (absolute, in W,
+/// without them): `1.4826·median |Δ²y_k| / √(σ²_{k−1} + 4σ²_k + σ²_{k+1})` over runs of
+/// three bins with data. A logger profile is smooth at the scale of a bin (a box average
+/// is piecewise linear, its kinks few), so its second differences are noise.
+fn noise_scale(model: &Model) -> f64 {
+    let y = &model.b_bin;
+    let w = &model.w_bin;
+    let s = &model.sigma_bin;
+    let mut r = Vec::new();
+    for k in 1..y.len().saturating_sub(1) {
+        if w[k - 1] > 0.0 && w[k] > 0.0 && w[k + 1] > 0.0 {
+            let d2 = y[k + 1] - 2.0 * y[k] + y[k - 1];
+            let v = s[k - 1] * s[k - 1] + 4.0 * s[k] * s[k] + s[k + 1] * s[k + 1];
+            r.push((d2 / v.sqrt()).abs());
+        }
+    }
+    let m = median(&r);
+    if m.is_finite() {
+        1.482_602_218_505_602 * m
+    } else {
+        f64::NAN
+    }
+}
+
+/// The standard errors are trusted unless the data's scatter ([`noise_scale`]) differs
+/// from them by more than this factor.
+const SE_TRUST: f64 = 1.5;
+
+/// The discrepancy rule with the noise scaled by `scale`: the largest λ whose estimate
+/// has `χ² ≤ scale²·(ν + z·√(2ν))`; `None` if none has down to `1e-9·λ_max` or before
+/// the fit has a parameter for every fourth bin.
+fn choose_discrepancy(
+    model: &Model,
+    c: &[f64],
+    lmax: f64,
+    st0: &State,
+    options: &Options,
+    scale: f64,
+) -> Option<Chosen> {
+    let z = options.discrepancy_z;
+    let refit = options.refit;
+    let ok = |est: &State| {
+        let dof = (model.bins as f64 - est.df() as f64).max(1.0);
+        model.chi2(est, &model.data) <= scale * scale * (dof + z * (2.0 * dof).sqrt())
+    };
+    let mut lo_tv = st0.clone();
+    let mut lo_est = estimate(model, c, lmax, &mut lo_tv, refit);
+    let mut lo = lmax;
+    let mut hi = f64::INFINITY;
+    let floor = lmax * 1e-9;
+    while !ok(&lo_est) {
+        if lo < floor || 4 * lo_est.df() > model.bins {
+            return None;
+        }
+        hi = lo;
+        lo *= 0.5;
+        lo_est = estimate(model, c, lo, &mut lo_tv, refit);
+    }
+    // χ²(lo) passes, χ²(hi) does not: bisect in log λ for the largest λ that passes.
+    if hi.is_finite() {
+        for _ in 0..20 {
+            if hi / lo < 1.0 + 1e-3 {
+                break;
+            }
+            let mid = (lo * hi).sqrt();
+            let mut tv = lo_tv.clone();
+            let est = estimate(model, c, mid, &mut tv, refit);
+            if ok(&est) {
+                lo = mid;
+                lo_tv = tv;
+                lo_est = est;
+            } else {
+                hi = mid;
+            }
+        }
+    }
+    Some(Chosen {
+        lambda: lo,
+        tv: lo_tv,
+        est: lo_est,
+        rule: "discrepancy",
+    })
+}
+
+fn choose(model: &Model, c: &[f64], options: &Options, has_se: bool) -> Chosen {
+    let (lmax, st0) = lambda_max(model, c);
+    let refit = options.refit;
+    if let Rule::Fixed(lambda) = options.rule {
+        let mut tv = st0;
+        let est = estimate(model, c, lambda, &mut tv, refit);
+        return Chosen {
+            lambda,
+            tv,
+            est,
+            rule: "fixed",
+        };
+    }
+    if lmax.is_nan() || lmax <= 0.0 {
+        // Nothing for a penalised jump to explain: the free jumps alone.
+        let mut tv = st0;
+        let est = estimate(model, c, 0.0, &mut tv, refit);
+        return Chosen {
+            lambda: 0.0,
+            tv,
+            est,
+            rule: "fixed",
+        };
+    }
+    if options.rule == Rule::Gcv {
+        return choose_gcv(model, c, lmax, &st0, refit);
+    }
+    let data_scale = noise_scale(model);
+    let (scale, rule) = if !has_se {
+        (data_scale, "discrepancy (noise from the data)")
+    } else if data_scale.is_finite() && !(1.0 / SE_TRUST..=SE_TRUST).contains(&data_scale) {
+        // The standard errors are far from the scatter the data show.
+        (data_scale, "discrepancy (noise scaled from the data)")
+    } else {
+        (1.0, "discrepancy")
+    };
+    if scale.is_finite() && scale > 0.0 {
+        if let Some(mut chosen) = choose_discrepancy(model, c, lmax, &st0, options, scale) {
+            chosen.rule = rule;
+            return chosen;
+        }
+    }
+    let mut chosen = choose_gcv(model, c, lmax, &st0, refit);
+    chosen.rule = "gcv (discrepancy not reached)";
+    chosen
+}
+
+// ---------------------------------------------------------------------------------------
+// Public entry points
+// ---------------------------------------------------------------------------------------
+
+/// Output cells: global indices `c_start..c_free + n`.
+fn cells(model: &Model) -> (i64, Vec<f64>) {
+    let c_start = model.c_free.min(0);
+    let c_end = model.c_free + model.n as i64;
+    let t = (c_start..c_end)
+        .map(|c| model.t0 + (c as f64 + 0.5) * model.dt)
+        .collect();
+    (c_start, t)
+}
+
+/// Power on the output cells from free-cell powers.
+fn full_power(model: &Model, c_start: i64, p_free: &[f64]) -> Vec<f64> {
+    let fixed = (model.c_free - c_start) as usize;
+    let mut out = vec![model.idle; fixed];
+    out.extend_from_slice(p_free);
+    out
+}
+
+/// Power per free cell, exactly 0 in the held segments.
+fn levels(model: &Model, st: &State) -> Vec<f64> {
+    let mut p = model.power(&st.u);
+    for &a in &st.work {
+        let end = st
+            .active
+            .get(st.active.partition_point(|&m| m <= a))
+            .copied()
+            .unwrap_or(model.n)
+            .min(model.n);
+        p[a..end].iter_mut().for_each(|v| *v = 0.0);
+    }
+    p
+}
+
+/// Model readings for every profile bin.
+fn fitted(model: &Model, st: &State) -> Vec<f64> {
+    let pred = model.predict_rows(st);
+    let base = model.offset + model.gain * model.idle * model.s_tot;
+    (0..model.w_bin.len())
+        .map(|k| {
+            let q = k as i64 - model.shift - model.c_free;
+            if q >= 0 && (q as usize) < model.n {
+                base + pred[q as usize]
+            } else {
+                base + model.offset_fit(st)
+            }
+        })
+        .collect()
+}
+
+/// `∫ P dt` over `[0, duration]` on the output cells.
+fn energy(t: &[f64], dt: f64, power: &[f64], duration: f64) -> f64 {
+    t.iter()
+        .zip(power)
+        .map(|(&tc, &p)| {
+            let lo = (tc - 0.5 * dt).max(0.0);
+            let hi = (tc + 0.5 * dt).min(duration);
+            if hi > lo {
+                p * (hi - lo)
+            } else {
+                0.0
+            }
+        })
+        .sum()
+}
+
+/// The TV solution at `lambda` (≥ 0), not refitted, with what its optimality conditions
+/// need: for checking the solver, or for a caller's own rule. `options.rule`,
+/// `options.refit` and the bootstrap are not used.
+///
+/// # Errors
+///
+/// As [`deconvolve`], and a negative or NaN `lambda`.
+pub fn fit_at(input: &Input, options: &Options, lambda: f64) -> Result<Fit, ParamError> {
+    if lambda.is_nan() || lambda < 0.0 {
+        return Err(ParamError::new("lambda", lambda, "must be ≥ 0"));
+    }
+    let model = Model::new(input, options)?;
+    let c = model.rhs(&model.data);
+    let mut st = State::new(&model);
+    solve(&model, &c, f64::INFINITY, &mut st);
+    solve(&model, &c, lambda, &mut st);
+    let (c_start, t) = cells(&model);
+    let fixed = (model.c_free - c_start) as usize;
+    let power_w = full_power(&model, c_start, &levels(&model, &st));
+    let mut penalised = vec![false; t.len()];
+    penalised[fixed..fixed + model.n].copy_from_slice(&model.pen[..model.n]);
+    let mut multipliers = vec![0.0; t.len()];
+    for (i, &cell) in st.work.iter().enumerate() {
+        multipliers[fixed + cell] = st.mu.get(i).copied().unwrap_or(0.0);
+    }
+    Ok(Fit {
+        lambda,
+        t,
+        power_w,
+        first_free: fixed,
+        penalised,
+        multipliers,
+        weights: model.w_bin.clone(),
+        fitted_w: fitted(&model, &st),
+        offset_fit_w: model.offset_fit(&st),
+        chi2: model.chi2(&st, &model.data),
+        segments: st.df() - (model.nv - model.n),
+        iterations: st.iterations,
+        converged: st.converged,
+    })
+}
+
+/// Deconvolves a stitched logger profile (see the [module documentation](self)).
+///
+/// # Errors
+///
+/// A bin width, time, gain, idle power or duration out of range, standard errors of the
+/// wrong length, a kernel that is empty, negative or all 0, no bin with a value, none
+/// that sees power after TOI 0, a duration past the last cell the readings see, more
+/// than [`MAX_CELLS`] cells, a bad [`Rule::Fixed`] λ, a non-finite
+/// [`Options::discrepancy_z`], or a confidence outside `(0, 1)`.
+pub fn deconvolve(input: &Input, options: &Options) -> Result<Deconvolved, ParamError> {
+    if !(options.confidence > 0.0 && options.confidence < 1.0) {
+        return Err(ParamError::new(
+            "confidence",
+            options.confidence,
+            "must be in (0, 1)",
+        ));
+    }
+    if !options.discrepancy_z.is_finite() {
+        return Err(ParamError::new(
+            "discrepancy_z",
+            options.discrepancy_z,
+            "must be finite",
+        ));
+    }
+    if let Rule::Fixed(l) = options.rule {
+        if l.is_nan() || l < 0.0 {
+            return Err(ParamError::new("lambda", l, "must be ≥ 0"));
+        }
+    }
+    let model = Model::new(input, options)?;
+    let has_se = input
+        .profile
+        .se_w
+        .as_ref()
+        .is_some_and(|se| se.iter().any(|s| s.is_finite() && *s > 0.0));
+    let (c_start, t) = cells(&model);
+    let dt = model.dt;
+    let end = t.last().map_or(0.0, |&tc| tc + 0.5 * dt);
+    if input.duration_s > end + 1e-9 * dt {
+        return Err(ParamError::new(
+            "duration_s",
+            input.duration_s,
+            "extends past the last cell the readings see",
+        ));
+    }
+
+    let c = model.rhs(&model.data);
+    let chosen = choose(&model, &c, options, has_se);
+    let st = &chosen.est;
+    let power_w = full_power(&model, c_start, &levels(&model, st));
+    let energy_j = energy(&t, dt, &power_w, input.duration_s);
+    let chi2 = model.chi2(st, &model.data);
+    let mut converged = st.converged;
+
+    // Residual bootstrap at the chosen λ.
+    let mut lo_w = power_w.clone();
+    let mut hi_w = power_w.clone();
+    let (mut energy_lo_j, mut energy_hi_j) = (energy_j, energy_j);
+    let reps = options.bootstrap;
+    if reps > 0 {
+        let pred = model.predict_rows(st);
+        let delta = model.offset_fit(st);
+        let sigma_q = |q: usize| model.sigma_bin[model.bin_of(q).unwrap_or(0)];
+        let mut resid = Vec::with_capacity(model.bins);
+        for (q, p) in pred.iter().enumerate() {
+            if model.wq[q] > 0.0 {
+                resid.push((model.data.bq[q] - p) / sigma_q(q));
+            }
+        }
+        for (i, &k) in model.pre_bins.iter().enumerate() {
+            resid.push((model.data.pre[i] - delta) / model.sigma_bin[k]);
+        }
+        let mean = resid.iter().sum::<f64>() / resid.len() as f64;
+        let nb = model.bins as f64;
+        let inflate = (nb / (nb - st.df() as f64).max(1.0)).sqrt();
+        resid.iter_mut().for_each(|r| *r = (*r - mean) * inflate);
+        let mut rng = SplitMix64(options.seed);
+        let cells_n = t.len();
+        let mut samples = vec![Vec::with_capacity(reps); cells_n];
+        let mut energies = Vec::with_capacity(reps);
+        let mut data = model.data.clone();
+        for _ in 0..reps {
+            for (q, p) in pred.iter().enumerate() {
+                if model.wq[q] > 0.0 {
+                    data.bq[q] = p + sigma_q(q) * resid[rng.below(resid.len())];
+                }
+            }
+            for (i, &k) in model.pre_bins.iter().enumerate() {
+                data.pre[i] = delta + model.sigma_bin[k] * resid[rng.below(resid.len())];
+            }
+            let cb = model.rhs(&data);
+            let mut tv = chosen.tv.clone();
+            let sb = estimate(&model, &cb, chosen.lambda, &mut tv, options.refit);
+            converged &= sb.converged;
+            let pb = full_power(&model, c_start, &levels(&model, &sb));
+            energies.push(energy(&t, dt, &pb, input.duration_s));
+            for (s, v) in samples.iter_mut().zip(&pb) {
+                s.push(*v);
+            }
+        }
+        let a = 0.5 * (1.0 - options.confidence);
+        for (i, s) in samples.iter_mut().enumerate() {
+            let (l, h) = band(power_w[i], s, a);
+            lo_w[i] = l.max(0.0);
+            hi_w[i] = h;
+        }
+        (energy_lo_j, energy_hi_j) = band(energy_j, &mut energies, a);
+    }
+    Ok(Deconvolved {
+        fitted_w: fitted(&model, st),
+        offset_fit_w: model.offset_fit(st),
+        t,
+        dt_s: dt,
+        power_w,
+        lo_w,
+        hi_w,
+        confidence: options.confidence,
+        lambda: chosen.lambda,
+        rule: chosen.rule,
+        energy_j,
+        energy_lo_j,
+        energy_hi_j,
+        chi2,
+        bins: model.bins,
+        segments: st.df() - (model.nv - model.n),
+        noise_scale: noise_scale(&model),
+        bootstrap: reps,
+        converged,
+    })
+}
+
+/// The basic bootstrap interval `[2P̂ − q_{1−a}, 2P̂ − q_a]` of replicates `values`
+/// (quantiles by linear interpolation), widened to hold the estimate `P̂`.
+fn band(estimate: f64, values: &mut [f64], a: f64) -> (f64, f64) {
+    values.sort_by(f64::total_cmp);
+    let q = |p: f64| {
+        let x = p * (values.len() - 1) as f64;
+        let i = x.floor() as usize;
+        let j = (i + 1).min(values.len() - 1);
+        values[i] + (x - i as f64) * (values[j] - values[i])
+    };
+    // Basic bootstrap: the replicates' errors e* = P* − P̂ stand for the estimate's.
+    let lo = 2.0 * estimate - q(1.0 - a);
+    let hi = 2.0 * estimate - q(a);
+    (lo.min(estimate), hi.max(estimate))
+}
+
+/// SplitMix64 (Steele, Lea & Flood 2014): the bootstrap's fixed-seed generator.
+#[derive(Debug, Clone)]
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (n ≥ 1).
+    fn below(&mut self, n: usize) -> usize {
+        ((self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64) * n as f64) as usize
+    }
+}

@@ -1,0 +1,1860 @@
+//! Logger identification: what a GPU's own power logger does to the power, measured
+//! against a reference trace on the same timeline.
+//!
+//! # The models
+//!
+//! With `P(t)` the reference power and the logger's *update instants* `u_k = φ + k·T`
+//! (period `T`, phase `φ`), a reading taken at time `t` shows the latest update that is
+//! visible by then: `u = max { u_k : u_k ≤ t − d }` (delay `d`), so a logger polled faster
+//! than it updates repeats its last value, and one polled at its own rate shows a new
+//! update each time. The reading is `g · r(u) + c` (gain `g`, offset `c`), where the
+//! response `r(u)` is, per family:
+//!
+//! - [`Family::Box`]: `r(u) = mean of P over [u − W, u]` with `W = T`: windows tile
+//!   time (an MI300X-like 1 ms average reported every 1 ms), or `W > T`: a sliding
+//!   average (an RTX 3090-like 1 s average updated every 100 ms); every instant is seen;
+//! - [`Family::Partial`]: `r(u) = mean of P over [u − W, u]` with `0 < W ≤ T` (an
+//!   A100-like 25 ms window every 100 ms: only `W / T` of the time is seen);
+//! - [`Family::Exponential`]: `r(u) = y(u)`, `τ·y' = P − y` (a first-order low pass
+//!   sampled at the updates);
+//! - [`Family::Response`]: `r(u) = Σ_i h_i ∫ P over [u − (i+1)Δ, u − iΔ]`, a
+//!   non-negative staircase response of unit area `Σ h_i Δ = 1` on a grid `Δ` (the
+//!   gain is its area before normalisation).
+//!
+//! These are the twin's logger models (`hardware/twin/src/logger.rs`; its `box` with
+//! `W ≤ P` is a partial window here unless `W = P`): a report at `t_k` of a window ending
+//! at `t_k − d` is an update `u_k = t_k − d` read at `t_k`.
+//!
+//! # The fit
+//!
+//! The reference is interpolated linearly between its samples (held constant outside
+//! them); window means come from its running integral in O(log n) (a binary search and
+//! a quadratic within one sample interval), the low pass from an exact recursion over the
+//! piecewise-linear input. For each family:
+//!
+//! 1. `T` is first estimated from the readings alone ([`period_from_changes`]): the
+//!    instants at which the reading changes lie on a lattice of step `T` (plus the poll
+//!    jitter); the lattice is fitted robustly.
+//! 2. A coarse grid over the phase (`phase_steps` values in `[0, T)`) and the shape
+//!    (`shape_steps` log-spaced values of `W` in `[T, 12T]` for a sliding box, in
+//!    `[T/64, T]` for a partial window, or of `τ` in `[T/64, 4T]`), then Nelder–Mead on
+//!    `(T, φ, ln W or ln τ)` from the three best distinct grid points (restarted once).
+//!    The tiling box (`W = T`) searches `(T, φ)` only.
+//! 3. For every candidate `(T, φ, shape)`, the delay is optimised *exactly*: as `d` grows
+//!    a reading switches to the previous update when `d` passes its distance to the grid,
+//!    so sorting those distances gives every distinct assignment of readings to updates
+//!    for `d` in `[−A·T, M·T)` (`A = max_advance_periods`, `M = max_delay_periods`; a
+//!    negative delay is a timeline offset, a reading stamped early); each is scored by
+//!    linear least squares for `g` and `c` from running sums, O(1) per switch.
+//! 4. The non-parametric family takes the update grid and delay of the best parametric
+//!    family, places `response_bins` bins over `1.5 ×` that family's reach (`W`, or
+//!    `3τ`), solves for non-negative weights by Lawson–Hanson [`nnls_gram`] (offset
+//!    free), and trims the leading zero bins into the delay.
+//!
+//! The delay is an interval: every `d` in `(delay_min_s, delay_s]` gives the same readings.
+//! [`FamilyFit::delay_s`] is its upper end, the smallest lag at which any reading showed
+//! its update (for a logger stamped at its report, that is the true delay; for a logger
+//! polled faster than it updates, it overshoots the truth by at most the poll gap).
+//!
+//! # The criterion and the uncertainties
+//!
+//! Families are compared by BIC, `n_u · ln(RSS / n) + k · ln n_u`, with `RSS` the sum of
+//! squared reading residuals over the `n` readings used and `n_u` the number of distinct
+//! updates they show (readings that repeat an update are not independent evidence).
+//! Parameter counts `k`: tiling box 5 (`T, φ, d, g, c`), sliding box, partial and
+//! exponential 6 (`+ W` or `+ τ`), response `4 + m` (`T, φ, d, c` and the `m` non-zero
+//! bins, whose sum is the gain). The box family is the tiling or the sliding box,
+//! whichever has the lower BIC (a partial window at `W = T` is the tiling box with a
+//! parameter more, so a tiling logger is called a box). The lowest BIC is
+//! [`Identification::best`].
+//!
+//! Uncertainties are from the curvature of the residual sum of squares (Gauss–Newton):
+//! `cov = s² (JᵀJ)⁻¹` with the Jacobian `J` of the per-update prediction (central finite
+//! differences for `T`, `φ`, `W`/`τ`; exact for `g`, `c`; the active bins for the response),
+//! `s²` the residual variance per update, inflated by `√((1+ρ)/(1−ρ))` with `ρ ≥ 0` the
+//! lag-1 autocorrelation of the per-update residuals (AR(1) effective sample size). The
+//! delay's standard error is that of the update instant that sets it; the response's
+//! bins add their grid resolution `Δ/√12`.
+//!
+//! All times in s on the caller's timeline, powers in W.
+
+use std::fmt;
+
+use crate::ParamError;
+
+// ----------------------------------------------------------------------------------------
+// Reference trace
+// ----------------------------------------------------------------------------------------
+
+/// A dense reference power trace (the rig or an external meter), linearly interpolated
+/// between its samples and held at the first (last) sample's power before (after) them.
+///
+/// Times are kept relative to the first sample, so that epoch-scale times keep their
+/// sub-microsecond digits in the differences.
+#[derive(Debug, Clone)]
+pub struct Reference {
+    origin_s: f64,
+    t: Vec<f64>,
+    p: Vec<f64>,
+    /// Running integral at each sample, J, from the first sample.
+    e: Vec<f64>,
+}
+
+impl Reference {
+    /// A reference from samples at strictly increasing finite `times_s` with finite
+    /// `power_w`.
+    ///
+    /// # Errors
+    ///
+    /// Lengths differ, fewer than 2 samples, a non-finite value, or times not strictly
+    /// increasing.
+    pub fn new(times_s: &[f64], power_w: &[f64]) -> Result<Self, ParamError> {
+        if times_s.len() != power_w.len() {
+            return Err(ParamError::new(
+                "power_w.len()",
+                power_w.len() as f64,
+                "must equal times_s.len()",
+            ));
+        }
+        if times_s.len() < 2 {
+            return Err(ParamError::new(
+                "times_s.len()",
+                times_s.len() as f64,
+                "need at least 2 reference samples",
+            ));
+        }
+        if let Some(&bad) = times_s.iter().chain(power_w).find(|v| !v.is_finite()) {
+            return Err(ParamError::new("reference", bad, "must be finite"));
+        }
+        if let Some(w) = times_s.windows(2).find(|w| w[1] <= w[0]) {
+            return Err(ParamError::new(
+                "times_s",
+                w[1],
+                "must be strictly increasing",
+            ));
+        }
+        let origin_s = times_s[0];
+        let t: Vec<f64> = times_s.iter().map(|x| x - origin_s).collect();
+        let mut e = Vec::with_capacity(t.len());
+        let mut acc = 0.0;
+        e.push(0.0);
+        for i in 1..t.len() {
+            acc += 0.5 * (power_w[i - 1] + power_w[i]) * (t[i] - t[i - 1]);
+            e.push(acc);
+        }
+        Ok(Reference {
+            origin_s,
+            t,
+            p: power_w.to_vec(),
+            e,
+        })
+    }
+
+    /// Number of samples.
+    pub fn len(&self) -> usize {
+        self.t.len()
+    }
+
+    /// Always false (a reference has at least 2 samples).
+    pub fn is_empty(&self) -> bool {
+        self.t.is_empty()
+    }
+
+    /// Time of the first sample, s.
+    pub fn start_s(&self) -> f64 {
+        self.origin_s
+    }
+
+    /// Time of the last sample, s.
+    pub fn end_s(&self) -> f64 {
+        self.origin_s + self.t[self.t.len() - 1]
+    }
+
+    /// Median spacing of the samples, s.
+    pub fn median_spacing_s(&self) -> f64 {
+        let mut d: Vec<f64> = self.t.windows(2).map(|w| w[1] - w[0]).collect();
+        d.sort_by(f64::total_cmp);
+        d[d.len() / 2]
+    }
+
+    /// The interpolated power at `t_s`, W.
+    pub fn power_at(&self, t_s: f64) -> f64 {
+        self.p_rel(t_s - self.origin_s)
+    }
+
+    /// `∫ P` over `[from_s, to_s]`, J (negative if `to_s < from_s`).
+    pub fn integral(&self, from_s: f64, to_s: f64) -> f64 {
+        self.e_rel(to_s - self.origin_s) - self.e_rel(from_s - self.origin_s)
+    }
+
+    /// Mean power over `[from_s, to_s]`, W; the power at `from_s` if the two are equal.
+    pub fn mean(&self, from_s: f64, to_s: f64) -> f64 {
+        self.mean_rel(from_s - self.origin_s, to_s - self.origin_s)
+    }
+
+    /// The first-order low pass `τ·y' = P − y` of the reference, settled at the first
+    /// sample's power at the first sample.
+    ///
+    /// # Errors
+    ///
+    /// `tau_s` not finite and > 0.
+    pub fn low_pass(&self, tau_s: f64) -> Result<LowPass<'_>, ParamError> {
+        if !(tau_s.is_finite() && tau_s > 0.0) {
+            return Err(ParamError::new("tau_s", tau_s, "must be finite and > 0"));
+        }
+        Ok(LowPass::new(self, tau_s))
+    }
+
+    /// Index `i` of the sample interval `[t_i, t_{i+1})` holding `x`, clamped to
+    /// `0..=n−2`.
+    fn locate(&self, x: f64) -> usize {
+        let n = self.t.len();
+        self.t.partition_point(|&ti| ti <= x).clamp(1, n - 1) - 1
+    }
+
+    fn p_rel(&self, x: f64) -> f64 {
+        let n = self.t.len();
+        if x <= 0.0 {
+            return self.p[0];
+        }
+        if x >= self.t[n - 1] {
+            return self.p[n - 1];
+        }
+        let i = self.locate(x);
+        let f = (x - self.t[i]) / (self.t[i + 1] - self.t[i]);
+        self.p[i] + f * (self.p[i + 1] - self.p[i])
+    }
+
+    /// Running integral at relative time `x`.
+    fn e_rel(&self, x: f64) -> f64 {
+        let n = self.t.len();
+        if x <= 0.0 {
+            return x * self.p[0];
+        }
+        if x >= self.t[n - 1] {
+            return self.e[n - 1] + (x - self.t[n - 1]) * self.p[n - 1];
+        }
+        let i = self.locate(x);
+        let h = x - self.t[i];
+        let slope = (self.p[i + 1] - self.p[i]) / (self.t[i + 1] - self.t[i]);
+        self.e[i] + h * (self.p[i] + 0.5 * slope * h)
+    }
+
+    fn mean_rel(&self, a: f64, b: f64) -> f64 {
+        if b == a {
+            return self.p_rel(a);
+        }
+        (self.e_rel(b) - self.e_rel(a)) / (b - a)
+    }
+}
+
+/// The first-order low pass of a [`Reference`] (see [`Reference::low_pass`]): exact for
+/// the piecewise-linear interpolated input.
+#[derive(Debug, Clone)]
+pub struct LowPass<'a> {
+    reference: &'a Reference,
+    tau_s: f64,
+    /// State at each sample.
+    y: Vec<f64>,
+}
+
+/// One exact step of `τ·y' = a + b·s − y` over `s ∈ [0, h]` from `y0`.
+fn lp_step(y0: f64, a: f64, b: f64, h: f64, tau: f64) -> f64 {
+    let e = (-h / tau).exp();
+    let om = -(-h / tau).exp_m1();
+    y0 * e + a * om + b * (h - tau * om)
+}
+
+impl<'a> LowPass<'a> {
+    fn new(reference: &'a Reference, tau_s: f64) -> Self {
+        let (t, p) = (&reference.t, &reference.p);
+        let mut y = Vec::with_capacity(t.len());
+        let mut state = p[0];
+        y.push(state);
+        for i in 1..t.len() {
+            let h = t[i] - t[i - 1];
+            state = lp_step(state, p[i - 1], (p[i] - p[i - 1]) / h, h, tau_s);
+            y.push(state);
+        }
+        LowPass {
+            reference,
+            tau_s,
+            y,
+        }
+    }
+
+    /// Time constant, s.
+    pub fn tau_s(&self) -> f64 {
+        self.tau_s
+    }
+
+    /// The low pass's output at `t_s`, W.
+    pub fn at(&self, t_s: f64) -> f64 {
+        self.at_rel(t_s - self.reference.origin_s)
+    }
+
+    fn at_rel(&self, x: f64) -> f64 {
+        let r = self.reference;
+        let n = r.t.len();
+        if x <= 0.0 {
+            return r.p[0];
+        }
+        if x >= r.t[n - 1] {
+            return lp_step(self.y[n - 1], r.p[n - 1], 0.0, x - r.t[n - 1], self.tau_s);
+        }
+        let i = r.locate(x);
+        let slope = (r.p[i + 1] - r.p[i]) / (r.t[i + 1] - r.t[i]);
+        lp_step(self.y[i], r.p[i], slope, x - r.t[i], self.tau_s)
+    }
+}
+
+// ----------------------------------------------------------------------------------------
+// Non-negative least squares
+// ----------------------------------------------------------------------------------------
+
+/// Solves the `n × n` symmetric positive-definite system `a·x = b` in place (Cholesky;
+/// `a` row-major, overwritten); false if `a` is not numerically positive definite.
+fn cholesky_solve(a: &mut [f64], n: usize, b: &mut [f64]) -> bool {
+    let scale = (0..n).map(|i| a[i * n + i].abs()).fold(0.0, f64::max);
+    for j in 0..n {
+        let mut d = a[j * n + j];
+        for k in 0..j {
+            d -= a[j * n + k] * a[j * n + k];
+        }
+        if d.is_nan() || d <= 1e-13 * scale || !d.is_finite() {
+            return false;
+        }
+        let d = d.sqrt();
+        a[j * n + j] = d;
+        for i in j + 1..n {
+            let mut s = a[i * n + j];
+            for k in 0..j {
+                s -= a[i * n + k] * a[j * n + k];
+            }
+            a[i * n + j] = s / d;
+        }
+    }
+    for i in 0..n {
+        let mut s = b[i];
+        for k in 0..i {
+            s -= a[i * n + k] * b[k];
+        }
+        b[i] = s / a[i * n + i];
+    }
+    for i in (0..n).rev() {
+        let mut s = b[i];
+        for k in i + 1..n {
+            s -= a[k * n + i] * b[k];
+        }
+        b[i] = s / a[i * n + i];
+    }
+    true
+}
+
+/// The inverse of an `n × n` symmetric positive-definite matrix (row-major), or None.
+fn spd_inverse(a: &[f64], n: usize) -> Option<Vec<f64>> {
+    let mut inv = vec![0.0; n * n];
+    for j in 0..n {
+        let mut m = a.to_vec();
+        let mut col = vec![0.0; n];
+        col[j] = 1.0;
+        if !cholesky_solve(&mut m, n, &mut col) {
+            return None;
+        }
+        for i in 0..n {
+            inv[i * n + j] = col[i];
+        }
+    }
+    Some(inv)
+}
+
+/// Non-negative least squares in normal-equation form: minimises `½ xᵀ G x − bᵀ x`
+/// subject to `x ≥ 0`, for a symmetric positive-semidefinite `n × n` Gram matrix `G =
+/// AᵀA` (row-major) and `b = Aᵀy`; that is, `min |A x − y|²` with `x ≥ 0`.
+///
+/// Lawson and Hanson's active-set algorithm (1974, ch. 23): add the variable with the
+/// largest positive gradient `b − G x` to the passive set, solve the unconstrained
+/// problem on that set (Cholesky), step back to the boundary while any passive variable
+/// would go negative, repeat until no gradient is positive (the KKT conditions). A
+/// passive set whose Gram block is not positive definite drops its newest variable.
+///
+/// # Panics
+///
+/// If `gram.len() != n·n` or `rhs.len() != n`.
+pub fn nnls_gram(gram: &[f64], rhs: &[f64], n: usize) -> Vec<f64> {
+    assert_eq!(gram.len(), n * n, "gram must be n × n");
+    assert_eq!(rhs.len(), n, "rhs must have n entries");
+    let mut x = vec![0.0; n];
+    let mut passive = vec![false; n];
+    let scale = rhs.iter().fold(0.0_f64, |m, v| m.max(v.abs()));
+    if scale == 0.0 {
+        return x;
+    }
+    let tol = 1e-11 * scale;
+    let grad = |x: &[f64], j: usize| rhs[j] - (0..n).map(|k| gram[j * n + k] * x[k]).sum::<f64>();
+    let solve_on = |set: &[usize]| -> Option<Vec<f64>> {
+        let m = set.len();
+        let mut a = vec![0.0; m * m];
+        let mut b = vec![0.0; m];
+        for (r, &i) in set.iter().enumerate() {
+            b[r] = rhs[i];
+            for (c, &j) in set.iter().enumerate() {
+                a[r * m + c] = gram[i * n + j];
+            }
+        }
+        cholesky_solve(&mut a, m, &mut b).then_some(b)
+    };
+    let mut excluded = vec![false; n];
+    for _ in 0..3 * n + 10 {
+        // The most promising variable outside the passive set.
+        let Some(j) = (0..n)
+            .filter(|&j| !passive[j] && !excluded[j])
+            .map(|j| (j, grad(&x, j)))
+            .filter(|&(_, g)| g > tol)
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|(j, _)| j)
+        else {
+            break;
+        };
+        passive[j] = true;
+        loop {
+            let set: Vec<usize> = (0..n).filter(|&i| passive[i]).collect();
+            let Some(z) = solve_on(&set) else {
+                // Dependent on the others: leave it out for good.
+                passive[j] = false;
+                excluded[j] = true;
+                break;
+            };
+            if z.iter().all(|&v| v > 0.0) {
+                for (&i, &v) in set.iter().zip(&z) {
+                    x[i] = v;
+                }
+                break;
+            }
+            // Step from x towards z until the first passive variable reaches zero.
+            let mut alpha = 1.0_f64;
+            for (&i, &v) in set.iter().zip(&z) {
+                if v <= 0.0 {
+                    let a = x[i] / (x[i] - v);
+                    if a < alpha {
+                        alpha = a;
+                    }
+                }
+            }
+            for (&i, &v) in set.iter().zip(&z) {
+                x[i] += alpha * (v - x[i]);
+                if x[i] <= 1e-15 * scale.max(1.0) || (v <= 0.0 && x[i] <= 0.0) {
+                    x[i] = 0.0;
+                    passive[i] = false;
+                }
+            }
+            if !passive.iter().any(|&p| p) {
+                break;
+            }
+        }
+        // A newly allowed variable may have been excluded only under another set.
+        if excluded.iter().any(|&e| e) && passive.iter().filter(|&&p| p).count() == 0 {
+            excluded.iter_mut().for_each(|e| *e = false);
+        }
+    }
+    x
+}
+
+// ----------------------------------------------------------------------------------------
+// Results
+// ----------------------------------------------------------------------------------------
+
+/// A logger response family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// Box average whose width equals the update period (windows tile time).
+    Box,
+    /// Box average of width `W ≤ T` every period `T`.
+    Partial,
+    /// First-order low pass sampled at the updates.
+    Exponential,
+    /// Non-negative staircase response on a grid.
+    Response,
+}
+
+impl Family {
+    /// The family's name, as in the twin's scenario files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Box => "box",
+            Family::Partial => "partial",
+            Family::Exponential => "exponential",
+            Family::Response => "response",
+        }
+    }
+}
+
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A fitted value with its standard error.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Estimate {
+    /// The value.
+    pub value: f64,
+    /// Its standard error (same unit).
+    pub se: f64,
+}
+
+impl Estimate {
+    fn new(value: f64, se: f64) -> Self {
+        Estimate { value, se }
+    }
+}
+
+/// The family's shape parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Shape {
+    /// Box window of width `W ≥ T`: `W = T` (windows tile time; then `window_s` is
+    /// the period, and counts as no parameter) or wider (a sliding average).
+    Box {
+        /// Window width `W`, s.
+        window_s: Estimate,
+    },
+    /// Window of its own.
+    Partial {
+        /// Window width `W`, s.
+        window_s: Estimate,
+    },
+    /// Low pass.
+    Exponential {
+        /// Time constant `τ`, s.
+        tau_s: Estimate,
+    },
+    /// Staircase response: `h_per_s[i]` acts on `[u − (i+1)·spacing_s, u − i·spacing_s]`
+    /// before the update instant `u`, with `Σ h_per_s · spacing_s = 1`.
+    Response {
+        /// Bin width `Δ`, s.
+        spacing_s: f64,
+        /// Normalised response per bin, 1/s (non-negative; leading zero bins are folded
+        /// into the delay, trailing ones dropped).
+        h_per_s: Vec<f64>,
+        /// Standard error of each bin, 1/s.
+        h_se_per_s: Vec<f64>,
+    },
+}
+
+/// One family's fit (see the [module documentation](self) for the model).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FamilyFit {
+    /// Shape parameters (and so the family).
+    pub shape: Shape,
+    /// Update period `T`, s.
+    pub period_s: Estimate,
+    /// An update instant `u_k` (the end of the response's reach) near the middle of the
+    /// readings used, on the caller's timeline, s.
+    pub phase_s: Estimate,
+    /// Delay `d` from an update instant to the first reading that may show it: the
+    /// largest delay consistent with the readings, s.
+    pub delay_s: Estimate,
+    /// The readings are equally consistent with any delay in `(delay_min_s, delay_s]`.
+    pub delay_min_s: f64,
+    /// Mean lag of the response behind the reading's visibility instant, s: `d + W/2`,
+    /// `d + τ`, or `d +` the response's centroid.
+    pub centroid_s: f64,
+    /// Gain `g` (for the response family, the area of the response before
+    /// normalisation).
+    pub gain: Estimate,
+    /// Offset `c`, W.
+    pub offset_w: Estimate,
+    /// Sum of squared reading residuals, W².
+    pub rss_w2: f64,
+    /// RMS of the reading residuals, W.
+    pub rms_w: f64,
+    /// Readings used.
+    pub readings: usize,
+    /// Distinct updates the readings show (`n_u` of the criterion).
+    pub updates: usize,
+    /// Parameter count `k` of the criterion.
+    pub params: usize,
+    /// `n_u · ln(RSS / n) + k · ln n_u`.
+    pub bic: f64,
+    /// The factor applied to the curvature standard errors for residual autocorrelation
+    /// (≥ 1).
+    pub se_inflation: f64,
+    /// True if the delay or the shape lies at an end of its search range (the delay's
+    /// bracket reaches `−max_advance_periods·T` or `max_delay_periods·T`, a window at
+    /// `T/64` or `12·T`, a time constant at `T/64` or `4·T`): the data do not pin the fit
+    /// down within the range searched (usually a family that does not describe the logger).
+    pub at_search_edge: bool,
+}
+
+impl FamilyFit {
+    /// The family.
+    pub fn family(&self) -> Family {
+        match self.shape {
+            Shape::Box { .. } => Family::Box,
+            Shape::Partial { .. } => Family::Partial,
+            Shape::Exponential { .. } => Family::Exponential,
+            Shape::Response { .. } => Family::Response,
+        }
+    }
+
+    /// The window width of a box (the period) or partial fit.
+    pub fn window_s(&self) -> Option<Estimate> {
+        match &self.shape {
+            Shape::Box { window_s } | Shape::Partial { window_s } => Some(*window_s),
+            _ => None,
+        }
+    }
+
+    /// The time constant of an exponential fit.
+    pub fn tau_s(&self) -> Option<Estimate> {
+        match &self.shape {
+            Shape::Exponential { tau_s } => Some(*tau_s),
+            _ => None,
+        }
+    }
+
+    /// The update instant shown by a reading at `t_s`: the latest `phase_s + k·period_s
+    /// ≤ t_s − delay_s`.
+    pub fn update_for(&self, t_s: f64) -> f64 {
+        let (t, p) = (self.period_s.value, self.phase_s.value);
+        // A reading at the switch point shows the later update (half the tie tolerance
+        // absorbs the rounding of `t_s − delay_s`).
+        p + ((t_s - self.delay_s.value - p) / t + 0.5 * TIE).floor() * t
+    }
+
+    /// The model's response `r(u)` (before gain and offset) at update instant `u_s`.
+    pub fn response_at(&self, reference: &Reference, u_s: f64) -> f64 {
+        let u = u_s - reference.origin_s;
+        match &self.shape {
+            Shape::Box { window_s } | Shape::Partial { window_s } => {
+                reference.mean_rel(u - window_s.value, u)
+            }
+            Shape::Exponential { tau_s } => LowPass::new(reference, tau_s.value).at_rel(u),
+            Shape::Response {
+                spacing_s, h_per_s, ..
+            } => h_per_s
+                .iter()
+                .enumerate()
+                .map(|(i, h)| {
+                    let hi = u - i as f64 * spacing_s;
+                    h * (reference.e_rel(hi) - reference.e_rel(hi - spacing_s))
+                })
+                .sum(),
+        }
+    }
+
+    /// What the model reads at each of `times_s`: `gain · r(update_for(t)) + offset`.
+    pub fn predict(&self, reference: &Reference, times_s: &[f64]) -> Vec<f64> {
+        let lp = match &self.shape {
+            Shape::Exponential { tau_s } => Some(LowPass::new(reference, tau_s.value)),
+            _ => None,
+        };
+        times_s
+            .iter()
+            .map(|&t| {
+                let u = self.update_for(t);
+                let r = match &lp {
+                    Some(lp) => lp.at(u),
+                    None => self.response_at(reference, u),
+                };
+                self.gain.value * r + self.offset_w.value
+            })
+            .collect()
+    }
+}
+
+/// The identification: every family's fit and the one the criterion picks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Identification {
+    /// Box, partial, exponential, response, in that order.
+    pub fits: Vec<FamilyFit>,
+    /// Index into `fits` of the lowest BIC.
+    pub best: usize,
+    /// The period estimated from the readings' change instants (or given), s, with its
+    /// standard error.
+    pub period_guess_s: Estimate,
+    /// Readings used (those whose reach lies within the reference).
+    pub readings_used: usize,
+    /// Readings given.
+    pub readings_given: usize,
+}
+
+impl Identification {
+    /// The fit the criterion picks.
+    pub fn best(&self) -> &FamilyFit {
+        &self.fits[self.best]
+    }
+
+    /// A family's fit.
+    pub fn fit(&self, family: Family) -> Option<&FamilyFit> {
+        self.fits.iter().find(|f| f.family() == family)
+    }
+}
+
+/// Search settings for [`identify`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    /// The update period if known, s; by default estimated from the readings
+    /// ([`period_from_changes`]) and refined either way.
+    pub period_s: Option<f64>,
+    /// Delays are searched in `[−max_advance_periods · T, max_delay_periods · T)`.
+    /// Default 2.
+    pub max_delay_periods: usize,
+    /// A negative delay (an advance) is allowed down to `−max_advance_periods · T`, for
+    /// timelines whose offset is not known to better than that (a reading can't show
+    /// power that comes after it, but its time stamp may be early). Default 1.
+    pub max_advance_periods: usize,
+    /// Phase grid points over one period. Default 96.
+    pub phase_steps: usize,
+    /// Window or time-constant grid points. Default 20.
+    pub shape_steps: usize,
+    /// Bins of the non-parametric response. Default 48.
+    pub response_bins: usize,
+    /// Readings whose reach touches a gap in the reference longer than this are left
+    /// out, s; default 20 × the reference's median spacing.
+    pub max_gap_s: Option<f64>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            period_s: None,
+            max_delay_periods: 2,
+            max_advance_periods: 1,
+            phase_steps: 96,
+            shape_steps: 20,
+            response_bins: 48,
+            max_gap_s: None,
+        }
+    }
+}
+
+/// Why a logger could not be identified.
+#[derive(Debug, Clone, PartialEq)]
+pub enum IdentifyError {
+    /// A parameter or an input is out of range.
+    Param(ParamError),
+    /// The readings change too rarely to estimate the period (give
+    /// [`Options::period_s`]).
+    NoPeriod {
+        /// Changes seen.
+        changes: usize,
+    },
+    /// Too few readings lie within the reference.
+    TooFewReadings {
+        /// Readings usable.
+        used: usize,
+        /// At least this many are needed.
+        needed: usize,
+    },
+}
+
+impl fmt::Display for IdentifyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IdentifyError::Param(e) => e.fmt(f),
+            IdentifyError::NoPeriod { changes } => write!(
+                f,
+                "the readings change only {changes} times: too few to estimate the update period (give it)"
+            ),
+            IdentifyError::TooFewReadings { used, needed } => write!(
+                f,
+                "{used} readings lie within the reference; at least {needed} are needed"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for IdentifyError {}
+
+impl From<ParamError> for IdentifyError {
+    fn from(e: ParamError) -> Self {
+        IdentifyError::Param(e)
+    }
+}
+
+// ----------------------------------------------------------------------------------------
+// Period from the readings alone
+// ----------------------------------------------------------------------------------------
+
+/// The update period from the instants at which the readings change: `(T, se)`.
+///
+/// A logger polled faster than it updates repeats its value between updates, so its
+/// changes fall on a lattice `c_m ≈ c_0 + n_m·T` plus the poll's wait; one read at its
+/// own rate changes (when the value differs) at every reading. From each start (the
+/// 10th, 25th and 50th percentiles of the intervals between changes) a line `c ≈ a + n·T`
+/// is fitted robustly to the changes that lie within `T/4` of its lattice, over a span
+/// that doubles from eight periods to all of them (a stalled poll or a value that
+/// flickered between updates lies off the lattice). Of the starts, the longest `T` whose
+/// lattice holds at least 90 % as many changes as the best one's wins (a divisor of the
+/// period holds as many). None with fewer than 4 changes. `times_s` must be sorted.
+pub fn period_from_changes(times_s: &[f64], power_w: &[f64]) -> Option<(f64, f64)> {
+    let c: Vec<f64> = (1..times_s.len().min(power_w.len()))
+        .filter(|&j| power_w[j] != power_w[j - 1])
+        .map(|j| times_s[j])
+        .collect();
+    if c.len() < 4 {
+        return None;
+    }
+    let mut d: Vec<f64> = c
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .filter(|&d| d > 0.0)
+        .collect();
+    if d.len() < 3 {
+        return None;
+    }
+    d.sort_by(f64::total_cmp);
+    let fits: Vec<(f64, f64, f64)> = [0.1, 0.25, 0.5]
+        .iter()
+        .filter_map(|q| lattice(&c, d[((d.len() - 1) as f64 * q) as usize]))
+        .collect();
+    let most = fits.iter().map(|f| f.2).fold(0.0, f64::max);
+    fits.iter()
+        .filter(|f| f.2 >= 0.9 * most)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|f| (f.0, f.1))
+}
+
+/// The lattice fit of change instants `c` from a start period: `(T, se, fraction of
+/// changes on the lattice)`.
+///
+/// The line `c ≈ a + n·T` is first fitted over about eight periods, then over a span that
+/// doubles each time: every change in the span gets the nearest lattice step of the
+/// current line, and the first change within `T/4` of each step is kept; the robust line
+/// of those ([`crate::align::fit_pairs`]: Tukey's bisquare rejects late polls) is the next
+/// line. Extending from the line rather than from change to change keeps a late poll or
+/// a flicker from shifting the count.
+fn lattice(c: &[f64], start: f64) -> Option<(f64, f64, f64)> {
+    if !(start.is_finite() && start > 0.0) {
+        return None;
+    }
+    let (c0, last) = (c[0], c[c.len() - 1]);
+    let (mut a, mut b) = (c0, start);
+    let mut span = 8.0 * start;
+    loop {
+        let full = span >= last - c0;
+        let mut on: Vec<(f64, f64)> = Vec::new();
+        for &cm in c.iter().take_while(|&&cm| cm - c0 <= span) {
+            let n = ((cm - a) / b).round();
+            let first_at_n = on.last().is_none_or(|p| p.0 < n);
+            if first_at_n && (cm - a - n * b).abs() <= 0.25 * b {
+                on.push((n, cm));
+            }
+        }
+        if on.len() < 3 {
+            if full {
+                return None;
+            }
+            span *= 2.0;
+            continue;
+        }
+        let fit = crate::align::fit_pairs(&on).ok()?;
+        b = fit.map.slope;
+        a = fit.map.apply(0.0);
+        if !(b.is_finite() && b > 0.0) {
+            return None;
+        }
+        if full {
+            let inliers: Vec<f64> = (0..on.len())
+                .filter(|i| fit.outliers.binary_search(i).is_err())
+                .map(|i| on[i].0)
+                .collect();
+            let len = inliers.len() as f64;
+            let mn = inliers.iter().sum::<f64>() / len;
+            let snn: f64 = inliers.iter().map(|n| (n - mn) * (n - mn)).sum();
+            if snn <= 0.0 {
+                return None;
+            }
+            let se = fit.rms_s * (len / (len - 2.0).max(1.0)).sqrt() / snn.sqrt();
+            return Some((b, se, len / c.len() as f64));
+        }
+        span *= 2.0;
+    }
+}
+
+// ----------------------------------------------------------------------------------------
+// The search engine
+// ----------------------------------------------------------------------------------------
+
+/// A response evaluated at update instants (relative time).
+enum Feat<'r> {
+    Window(f64),
+    Exp(LowPass<'r>),
+}
+
+impl Feat<'_> {
+    fn at(&self, r: &Reference, u: f64) -> f64 {
+        match self {
+            Feat::Window(w) => r.mean_rel(u - w, u),
+            Feat::Exp(lp) => lp.at_rel(u),
+        }
+    }
+}
+
+/// The best assignment for one `(T, φ, shape)`.
+#[derive(Debug, Clone, Copy)]
+struct Eval {
+    rss: f64,
+    gain: f64,
+    offset: f64,
+    /// Whole periods of delay (negative: of advance).
+    m: i64,
+    /// Readings (in order of their distance to the grid) switched to the previous update.
+    state: usize,
+    d_hi: f64,
+    d_lo: f64,
+}
+
+impl Eval {
+    fn worst() -> Self {
+        Eval {
+            rss: f64::INFINITY,
+            gain: f64::NAN,
+            offset: f64::NAN,
+            m: 0,
+            state: 0,
+            d_hi: f64::NAN,
+            d_lo: f64::NAN,
+        }
+    }
+}
+
+struct Engine<'r> {
+    reference: &'r Reference,
+    /// Reading times relative to the reference's origin.
+    s: Vec<f64>,
+    /// Readings minus their mean.
+    y: Vec<f64>,
+    ybar: f64,
+    syy: f64,
+    /// The lattice origin (middle of the readings), relative.
+    t_mid: f64,
+    /// Whole periods of delay searched: `m_lo..m_hi` (negative: an advance).
+    m_lo: i64,
+    m_hi: i64,
+}
+
+/// Readings whose distances to the update grid differ by less than this many periods are
+/// taken to switch updates together.
+const TIE: f64 = 1e-6;
+
+/// Per reading: the update index at zero delay and the distance to it.
+fn grid_positions(s: &[f64], t_mid: f64, period: f64, phase: f64) -> (Vec<i64>, Vec<f64>) {
+    s.iter()
+        .map(|&s| {
+            let x = (s - t_mid - phase) / period;
+            let k = x.floor();
+            (k as i64, ((x - k) * period).max(0.0))
+        })
+        .unzip()
+}
+
+/// Reading indices by increasing distance (ties by index, for determinism).
+fn distance_order(r: &[f64]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..r.len()).collect();
+    order.sort_unstable_by(|&a, &b| r[a].total_cmp(&r[b]).then(a.cmp(&b)));
+    order
+}
+
+impl<'r> Engine<'r> {
+    fn new(reference: &'r Reference, s: Vec<f64>, w: &[f64], advance: usize, delay: usize) -> Self {
+        let n = w.len() as f64;
+        let ybar = w.iter().sum::<f64>() / n;
+        let y: Vec<f64> = w.iter().map(|v| v - ybar).collect();
+        let syy = y.iter().map(|v| v * v).sum();
+        let t_mid = 0.5 * (s[0] + s[s.len() - 1]);
+        Engine {
+            reference,
+            s,
+            y,
+            ybar,
+            syy,
+            t_mid,
+            m_lo: -(advance as i64),
+            m_hi: (delay as i64).max(1),
+        }
+    }
+
+    /// Readings closer than this to each other's switch point switch together: no
+    /// delay separates them (exactly periodic readings differ by the rounding of `T`).
+    fn tie(period: f64) -> f64 {
+        TIE * period
+    }
+
+    /// The best delay (exactly, over all assignments) with least-squares gain and offset.
+    fn evaluate(&self, period: f64, phase: f64, feat: &Feat<'_>) -> Eval {
+        let n = self.s.len();
+        if !(period.is_finite() && period > 0.0 && phase.is_finite()) || n < 3 {
+            return Eval::worst();
+        }
+        let (kk, rr) = grid_positions(&self.s, self.t_mid, period, phase);
+        let kmax = kk.iter().copied().max().unwrap_or(0) - self.m_lo;
+        let base = kk.iter().copied().min().unwrap_or(0) - self.m_hi - 1;
+        let mut cache = vec![f64::NAN; (kmax - base + 1) as usize];
+        let (reference, t_mid, ybar) = (self.reference, self.t_mid, self.ybar);
+        let mut f = |k: i64| -> f64 {
+            let slot = &mut cache[(k - base) as usize];
+            if slot.is_nan() {
+                *slot = feat.at(reference, t_mid + phase + k as f64 * period) - ybar;
+            }
+            *slot
+        };
+        let order = distance_order(&rr);
+        let tie = Self::tie(period);
+        let nf = n as f64;
+        let mut best = Eval::worst();
+        for m in self.m_lo..self.m_hi {
+            let mi = m;
+            let (mut sf, mut sff, mut sfy) = (0.0, 0.0, 0.0);
+            for (j, &k) in kk.iter().enumerate() {
+                let v = f(k - mi);
+                sf += v;
+                sff += v * v;
+                sfy += v * self.y[j];
+            }
+            for state in 0..n {
+                if state > 0 {
+                    let j = order[state - 1];
+                    let (old, new) = (f(kk[j] - mi), f(kk[j] - mi - 1));
+                    sf += new - old;
+                    sff += new * new - old * old;
+                    sfy += (new - old) * self.y[j];
+                    if rr[order[state]] - rr[j] <= tie {
+                        continue; // no delay separates these two readings
+                    }
+                }
+                let cff = sff - sf * sf / nf;
+                let (gain, rss) = if cff > 1e-12 * sff.max(1e-300) {
+                    let g = sfy / cff;
+                    (g, (self.syy - sfy * g).max(0.0))
+                } else {
+                    (0.0, self.syy)
+                };
+                if rss < best.rss {
+                    let d_hi = m as f64 * period + rr[order[state]];
+                    let d_lo = if state > 0 {
+                        m as f64 * period + rr[order[state - 1]]
+                    } else if m > self.m_lo {
+                        (m - 1) as f64 * period + rr[order[n - 1]]
+                    } else {
+                        m as f64 * period
+                    };
+                    best = Eval {
+                        rss,
+                        gain,
+                        // y − ȳ = g·(f − ȳ − mean(f − ȳ)): y = g·f + ȳ − g·(ȳ + mean).
+                        offset: ybar - gain * (ybar + sf / nf),
+                        m,
+                        state,
+                        d_hi,
+                        d_lo,
+                    };
+                }
+            }
+        }
+        best
+    }
+
+    /// The update index each reading shows under an evaluation's assignment.
+    fn assignment(&self, period: f64, phase: f64, ev: &Eval) -> Vec<i64> {
+        let (mut kk, rr) = grid_positions(&self.s, self.t_mid, period, phase);
+        let order = distance_order(&rr);
+        for k in kk.iter_mut() {
+            *k -= ev.m;
+        }
+        for &j in &order[..ev.state] {
+            kk[j] -= 1;
+        }
+        kk
+    }
+}
+
+/// Nelder–Mead minimisation from `x0` with initial steps `step`; `(x, f(x))`.
+fn nelder_mead(
+    f: &mut dyn FnMut(&[f64]) -> f64,
+    x0: &[f64],
+    step: &[f64],
+    max_evals: usize,
+) -> (Vec<f64>, f64) {
+    let dim = x0.len();
+    let mut pts: Vec<Vec<f64>> = vec![x0.to_vec()];
+    for i in 0..dim {
+        let mut p = x0.to_vec();
+        p[i] += step[i];
+        pts.push(p);
+    }
+    let mut vals: Vec<f64> = pts.iter().map(|p| f(p)).collect();
+    let mut evals = dim + 1;
+    while evals < max_evals {
+        let mut idx: Vec<usize> = (0..=dim).collect();
+        idx.sort_by(|&a, &b| vals[a].total_cmp(&vals[b]));
+        pts = idx.iter().map(|&i| pts[i].clone()).collect();
+        vals = idx.iter().map(|&i| vals[i]).collect();
+        // Converged: the simplex is a thousandth of the initial steps and flat.
+        let size = (1..=dim)
+            .map(|i| {
+                (0..dim)
+                    .map(|c| ((pts[i][c] - pts[0][c]) / step[c]).abs())
+                    .fold(0.0, f64::max)
+            })
+            .fold(0.0, f64::max);
+        let spread = vals[dim] - vals[0];
+        if size < 1e-4 || (size < 1e-2 && spread <= 1e-12 * vals[0].abs()) {
+            break;
+        }
+        let centroid: Vec<f64> = (0..dim)
+            .map(|c| pts[..dim].iter().map(|p| p[c]).sum::<f64>() / dim as f64)
+            .collect();
+        let along = |t: f64| -> Vec<f64> {
+            (0..dim)
+                .map(|c| centroid[c] + t * (pts[dim][c] - centroid[c]))
+                .collect()
+        };
+        let xr = along(-1.0);
+        let fr = f(&xr);
+        evals += 1;
+        if fr < vals[0] {
+            let xe = along(-2.0);
+            let fe = f(&xe);
+            evals += 1;
+            if fe < fr {
+                pts[dim] = xe;
+                vals[dim] = fe;
+            } else {
+                pts[dim] = xr;
+                vals[dim] = fr;
+            }
+        } else if fr < vals[dim - 1] {
+            pts[dim] = xr;
+            vals[dim] = fr;
+        } else {
+            let (xc, fc) = if fr < vals[dim] {
+                let xc = along(-0.5);
+                let fc = f(&xc);
+                (xc, fc)
+            } else {
+                let xc = along(0.5);
+                let fc = f(&xc);
+                (xc, fc)
+            };
+            evals += 1;
+            if fc < vals[dim].min(fr) {
+                pts[dim] = xc;
+                vals[dim] = fc;
+            } else {
+                for i in 1..=dim {
+                    let p: Vec<f64> = (0..dim)
+                        .map(|c| pts[0][c] + 0.5 * (pts[i][c] - pts[0][c]))
+                        .collect();
+                    vals[i] = f(&p);
+                    pts[i] = p;
+                    evals += 1;
+                }
+            }
+        }
+    }
+    let best = (0..=dim)
+        .min_by(|&a, &b| vals[a].total_cmp(&vals[b]))
+        .unwrap_or(0);
+    (pts[best].clone(), vals[best])
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Box with `W = T`.
+    Tiling,
+    /// Box with `W ≥ T`.
+    Sliding,
+    Partial,
+    Exp,
+}
+
+/// The longest box window and time constant searched, in periods.
+const MAX_WINDOW_PERIODS: f64 = 12.0;
+const MAX_TAU_PERIODS: f64 = 4.0;
+
+/// Parameter vector → (period, phase, shape value) for a family.
+fn unpack(kind: Kind, x: &[f64]) -> (f64, f64, f64) {
+    match kind {
+        Kind::Tiling => (x[0], x[1], x[0]),
+        Kind::Sliding => (x[0], x[1], x[2].exp().max(x[0])),
+        Kind::Partial => (x[0], x[1], x[2].exp().min(x[0])),
+        Kind::Exp => (x[0], x[1], x[2].exp()),
+    }
+}
+
+fn feat_for<'r>(reference: &'r Reference, kind: Kind, shape: f64) -> Feat<'r> {
+    match kind {
+        Kind::Tiling | Kind::Sliding | Kind::Partial => Feat::Window(shape),
+        Kind::Exp => Feat::Exp(LowPass::new(reference, shape)),
+    }
+}
+
+/// A parametric family's optimum.
+struct Optimum {
+    kind: Kind,
+    x: Vec<f64>,
+    ev: Eval,
+    /// The shape's search range (W or τ), s.
+    shape_range: (f64, f64),
+}
+
+fn search(engine: &Engine<'_>, kind: Kind, t0: f64, t_se: f64, opts: &Options) -> Optimum {
+    let reference = engine.reference;
+    let nphi = opts.phase_steps.max(8);
+    let nshape = if kind == Kind::Tiling {
+        1
+    } else {
+        opts.shape_steps.max(3)
+    };
+    let (min_shape, max_shape) = match kind {
+        Kind::Tiling => (t0, t0),
+        Kind::Sliding => (t0, MAX_WINDOW_PERIODS * t0),
+        Kind::Partial => ((t0 / 64.0).max(2.0 * reference.median_spacing_s()), t0),
+        Kind::Exp => (
+            (t0 / 64.0).max(2.0 * reference.median_spacing_s()),
+            MAX_TAU_PERIODS * t0,
+        ),
+    };
+    let (ln_lo, ln_hi) = (min_shape.ln(), max_shape.ln().max(min_shape.ln()));
+    let ln_step = if nshape > 1 {
+        (ln_hi - ln_lo) / (nshape - 1) as f64
+    } else {
+        0.2
+    };
+    let shape_at = |i: usize| match kind {
+        Kind::Tiling => t0,
+        _ => (ln_lo + ln_step * i as f64).exp(),
+    };
+    let phi_step = t0 / nphi as f64;
+    // Coarse grid.
+    let mut grid: Vec<(f64, usize, usize)> = Vec::with_capacity(nphi * nshape);
+    for is in 0..nshape {
+        let feat = feat_for(reference, kind, shape_at(is));
+        for ip in 0..nphi {
+            let ev = engine.evaluate(t0, ip as f64 * phi_step, &feat);
+            grid.push((ev.rss, ip, is));
+        }
+    }
+    grid.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut starts: Vec<(usize, usize)> = Vec::new();
+    for &(_, ip, is) in &grid {
+        let distinct = starts.iter().all(|&(jp, js)| {
+            let dp = (ip as i64 - jp as i64).rem_euclid(nphi as i64);
+            let dp = dp.min(nphi as i64 - dp);
+            dp >= 3 || (is as i64 - js as i64).abs() >= 3
+        });
+        if distinct {
+            starts.push((ip, is));
+        }
+        if starts.len() == 3 {
+            break;
+        }
+    }
+    // Refinement.
+    let mut objective = |x: &[f64]| -> f64 {
+        let (t, phi, shape) = unpack(kind, x);
+        if !(t > 0.0 && shape > 0.0 && shape.is_finite()) {
+            return f64::INFINITY;
+        }
+        let feat = feat_for(reference, kind, shape);
+        engine.evaluate(t, phi, &feat).rss
+    };
+    let t_step = (2.0 * t_se).max(1e-7 * t0);
+    let mut best: Option<(Vec<f64>, f64)> = None;
+    for &(ip, is) in &starts {
+        let mut x0 = vec![t0, ip as f64 * phi_step];
+        let mut step = vec![t_step, phi_step];
+        if kind != Kind::Tiling {
+            x0.push(shape_at(is).ln());
+            step.push(ln_step);
+        }
+        let (x1, _) = nelder_mead(&mut objective, &x0, &step, 400);
+        let step2: Vec<f64> = step.iter().map(|s| 0.25 * s).collect();
+        let (x2, f2) = nelder_mead(&mut objective, &x1, &step2, 300);
+        if best.as_ref().is_none_or(|(_, fb)| f2 < *fb) {
+            best = Some((x2, f2));
+        }
+    }
+    let (x, _) = best.unwrap_or((vec![t0, 0.0, t0.ln()], f64::INFINITY));
+    let (t, phi, shape) = unpack(kind, &x);
+    let ev = engine.evaluate(t, phi, &feat_for(reference, kind, shape));
+    Optimum {
+        kind,
+        x,
+        ev,
+        shape_range: (min_shape, max_shape),
+    }
+}
+
+/// Groups of readings showing one update: `(k, first reading, count, mean reading)`.
+fn groups(assign: &[i64], w: &[f64]) -> Vec<(i64, usize, usize, f64)> {
+    let mut out: Vec<(i64, usize, usize, f64)> = Vec::new();
+    for (j, (&k, &y)) in assign.iter().zip(w).enumerate() {
+        match out.last_mut() {
+            Some(g) if g.0 == k => {
+                g.2 += 1;
+                g.3 += y;
+            }
+            _ => out.push((k, j, 1, y)),
+        }
+    }
+    for g in &mut out {
+        g.3 /= g.2 as f64;
+    }
+    out
+}
+
+/// `s² (JᵀJ)⁻¹` and the AR(1) inflation for per-update rows and residuals.
+fn curvature_cov(rows: &[Vec<f64>], resid: &[f64]) -> (Option<Vec<f64>>, f64) {
+    let p = rows.first().map_or(0, Vec::len);
+    let n = rows.len();
+    if p == 0 || n <= p {
+        return (None, 1.0);
+    }
+    let mut jtj = vec![0.0; p * p];
+    for r in rows {
+        for a in 0..p {
+            for b in 0..p {
+                jtj[a * p + b] += r[a] * r[b];
+            }
+        }
+    }
+    let ss: f64 = resid.iter().map(|r| r * r).sum();
+    let s2 = ss / (n - p) as f64;
+    let lag1: f64 = resid.windows(2).map(|w| w[0] * w[1]).sum();
+    let rho = if ss > 0.0 {
+        (lag1 / ss).clamp(0.0, 0.95)
+    } else {
+        0.0
+    };
+    let inflation = ((1.0 + rho) / (1.0 - rho)).sqrt();
+    // Columns scaled to unit norm first (their scales differ by many decades).
+    let scale: Vec<f64> = (0..p)
+        .map(|a| {
+            let d = jtj[a * p + a];
+            if d > 0.0 {
+                1.0 / d.sqrt()
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let scaled: Vec<f64> = (0..p * p)
+        .map(|i| jtj[i] * scale[i / p] * scale[i % p])
+        .collect();
+    let cov = spd_inverse(&scaled, p).map(|inv| {
+        (0..p * p)
+            .map(|i| inv[i] * scale[i / p] * scale[i % p] * s2 * inflation * inflation)
+            .collect::<Vec<f64>>()
+    });
+    (cov, inflation)
+}
+
+fn bic(rss: f64, n: usize, n_u: usize, k: usize) -> f64 {
+    let n_u = n_u.max(1) as f64;
+    n_u * (rss.max(1e-300) / n as f64).ln() + k as f64 * n_u.ln()
+}
+
+/// Turns a parametric optimum into a [`FamilyFit`] with curvature uncertainties; also
+/// returns the per-reading update indices.
+fn finish_parametric(engine: &Engine<'_>, opt: &Optimum, w: &[f64]) -> (FamilyFit, Vec<i64>) {
+    let reference = engine.reference;
+    let (t, phi, shape) = unpack(opt.kind, &opt.x);
+    let ev = opt.ev;
+    let assign = engine.assignment(t, phi, &ev);
+    let gr = groups(&assign, w);
+    let n = w.len();
+    // Prediction per update for nonlinear parameters `x` (same parametrisation).
+    let preds = |x: &[f64]| -> Vec<f64> {
+        let (t, phi, shape) = unpack(opt.kind, x);
+        let feat = feat_for(reference, opt.kind, shape);
+        gr.iter()
+            .map(|g| feat.at(reference, engine.t_mid + phi + g.0 as f64 * t))
+            .collect()
+    };
+    let f0 = preds(&opt.x);
+    let kmax = gr
+        .iter()
+        .map(|g| g.0.unsigned_abs())
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
+    let h_u = (2.0 * reference.median_spacing_s()).max(1e-6 * t);
+    // Derivatives in natural units: T, φ, then W or τ (not their logs).
+    let mut cols: Vec<Vec<f64>> = Vec::new();
+    let nl = if opt.kind == Kind::Tiling { 2 } else { 3 };
+    for c in 0..nl {
+        let (mut xp, mut xm) = (opt.x.clone(), opt.x.clone());
+        let h = match c {
+            0 => h_u / kmax,
+            1 => h_u,
+            _ => h_u.max(1e-3 * shape),
+        };
+        if c < 2 {
+            xp[c] += h;
+            xm[c] -= h;
+        } else {
+            xp[c] = (shape + h).ln();
+            xm[c] = (shape - h).max(0.5 * shape).ln();
+        }
+        let hm = if c < 2 {
+            h
+        } else {
+            shape - (shape - h).max(0.5 * shape)
+        };
+        let (fp, fm) = (preds(&xp), preds(&xm));
+        cols.push(
+            fp.iter()
+                .zip(&fm)
+                .map(|(a, b)| ev.gain * (a - b) / (h + hm))
+                .collect(),
+        );
+    }
+    let rows: Vec<Vec<f64>> = (0..gr.len())
+        .map(|i| {
+            let mut r: Vec<f64> = cols.iter().map(|c| c[i]).collect();
+            r.push(f0[i]);
+            r.push(1.0);
+            r
+        })
+        .collect();
+    let resid: Vec<f64> = gr
+        .iter()
+        .zip(&f0)
+        .map(|(g, f)| g.3 - (ev.gain * f + ev.offset))
+        .collect();
+    let (cov, inflation) = curvature_cov(&rows, &resid);
+    let p = nl + 2;
+    let var = |a: usize, b: usize| cov.as_ref().map_or(f64::NAN, |c| c[a * p + b]);
+    let se = |a: usize| var(a, a).max(0.0).sqrt();
+    // The reading that sets the delay (smallest lag) and its update's uncertainty.
+    let (_, rr) = grid_positions(&engine.s, engine.t_mid, t, phi);
+    let order = distance_order(&rr);
+    let j_star = order[ev.state.min(n - 1)];
+    let k_star = assign[j_star] as f64;
+    let d_se = (var(1, 1) + k_star * k_star * var(0, 0) + 2.0 * k_star * var(0, 1))
+        .max(0.0)
+        .sqrt();
+    let shape_out = match opt.kind {
+        Kind::Tiling => Shape::Box {
+            window_s: Estimate::new(t, se(0)),
+        },
+        Kind::Sliding => Shape::Box {
+            window_s: Estimate::new(shape, se(2)),
+        },
+        Kind::Partial => Shape::Partial {
+            window_s: Estimate::new(shape, se(2)),
+        },
+        Kind::Exp => Shape::Exponential {
+            tau_s: Estimate::new(shape, se(2)),
+        },
+    };
+    let centroid = ev.d_hi
+        + match opt.kind {
+            Kind::Tiling | Kind::Sliding | Kind::Partial => 0.5 * shape,
+            Kind::Exp => shape,
+        };
+    let params = if opt.kind == Kind::Tiling { 5 } else { 6 };
+    let near = |a: f64, b: f64| (a - b).abs() <= 1e-3 * b.abs().max(t * 1e-3);
+    let (lo, hi) = opt.shape_range;
+    let shape_edge = match opt.kind {
+        Kind::Tiling => false,
+        Kind::Sliding => near(shape, hi),
+        Kind::Partial => near(shape, lo),
+        Kind::Exp => near(shape, lo) || near(shape, hi),
+    };
+    let delay_edge =
+        (ev.m == engine.m_lo && ev.state == 0) || ev.d_hi >= (engine.m_hi as f64 - 1e-3) * t;
+    let fit = FamilyFit {
+        shape: shape_out,
+        period_s: Estimate::new(t, se(0)),
+        phase_s: Estimate::new(reference.origin_s + engine.t_mid + phi, se(1)),
+        delay_s: Estimate::new(ev.d_hi, d_se),
+        delay_min_s: ev.d_lo,
+        centroid_s: centroid,
+        gain: Estimate::new(ev.gain, se(nl)),
+        offset_w: Estimate::new(ev.offset, se(nl + 1)),
+        rss_w2: ev.rss,
+        rms_w: (ev.rss / n as f64).sqrt(),
+        readings: n,
+        updates: gr.len(),
+        params,
+        bic: bic(ev.rss, n, gr.len(), params),
+        se_inflation: inflation,
+        at_search_edge: shape_edge || delay_edge,
+    };
+    (fit, assign)
+}
+
+/// The non-parametric family on the parent's update grid and delay.
+fn fit_response(
+    engine: &Engine<'_>,
+    parent: &FamilyFit,
+    assign: &[i64],
+    w: &[f64],
+    bins: usize,
+    reach_s: f64,
+) -> FamilyFit {
+    let reference = engine.reference;
+    let n = w.len();
+    let t = parent.period_s.value;
+    let u0 = parent.phase_s.value - reference.origin_s;
+    let d = parent.delay_s.value;
+    // Bins reach back from the anchor `u + max(d, 0)`: the later of the parent's update
+    // instant and the reading's visibility (a negative delay is a timeline offset).
+    let dplus = d.max(0.0);
+    let nb = bins.max(2);
+    let span = (1.5 * (dplus + reach_s)).min(MAX_WINDOW_PERIODS * t);
+    let dx = span / nb as f64;
+    let gr = groups(assign, w);
+    // Design per update: bin i's mean over [a − (i+1)Δ, a − iΔ], a = u + max(d, 0).
+    let design: Vec<Vec<f64>> = gr
+        .iter()
+        .map(|g| {
+            let v = u0 + g.0 as f64 * t + dplus;
+            (0..nb)
+                .map(|i| {
+                    let hi = v - i as f64 * dx;
+                    reference.mean_rel(hi - dx, hi)
+                })
+                .collect()
+        })
+        .collect();
+    // Reading-weighted centred normal equations (the offset is free).
+    let wsum: f64 = gr.iter().map(|g| g.2 as f64).sum();
+    let abar: Vec<f64> = (0..nb)
+        .map(|i| {
+            gr.iter()
+                .zip(&design)
+                .map(|(g, a)| g.2 as f64 * a[i])
+                .sum::<f64>()
+                / wsum
+        })
+        .collect();
+    let ybar = gr.iter().map(|g| g.2 as f64 * g.3).sum::<f64>() / wsum;
+    let mut gram = vec![0.0; nb * nb];
+    let mut rhs = vec![0.0; nb];
+    for (g, a) in gr.iter().zip(&design) {
+        let c = g.2 as f64;
+        for i in 0..nb {
+            let ai = a[i] - abar[i];
+            rhs[i] += c * ai * (g.3 - ybar);
+            for j in 0..nb {
+                gram[i * nb + j] += c * ai * (a[j] - abar[j]);
+            }
+        }
+    }
+    let coef = nnls_gram(&gram, &rhs, nb);
+    let offset = ybar - coef.iter().zip(&abar).map(|(c, a)| c * a).sum::<f64>();
+    let gain: f64 = coef.iter().sum();
+    let pred_u: Vec<f64> = design
+        .iter()
+        .map(|a| offset + a.iter().zip(&coef).map(|(x, c)| x * c).sum::<f64>())
+        .collect();
+    let mut rss = 0.0;
+    for (g, p) in gr.iter().zip(&pred_u) {
+        for y in &w[g.1..g.1 + g.2] {
+            rss += (y - p) * (y - p);
+        }
+    }
+    let active: Vec<usize> = (0..nb).filter(|&i| coef[i] > 0.0).collect();
+    // Curvature on the active bins and the offset, per update.
+    let rows: Vec<Vec<f64>> = design
+        .iter()
+        .map(|a| {
+            let mut r: Vec<f64> = active.iter().map(|&i| a[i]).collect();
+            r.push(1.0);
+            r
+        })
+        .collect();
+    let resid: Vec<f64> = gr.iter().zip(&pred_u).map(|(g, p)| g.3 - p).collect();
+    let (cov, inflation) = curvature_cov(&rows, &resid);
+    let p = active.len() + 1;
+    let var = |a: usize, b: usize| cov.as_ref().map_or(f64::NAN, |c| c[a * p + b]);
+    let gain_se = (0..active.len())
+        .flat_map(|a| (0..active.len()).map(move |b| (a, b)))
+        .map(|(a, b)| var(a, b))
+        .sum::<f64>()
+        .max(0.0)
+        .sqrt();
+    let first = active.first().copied().unwrap_or(0);
+    let last = active.last().copied().unwrap_or(0);
+    let norm = if gain > 0.0 { 1.0 / (gain * dx) } else { 0.0 };
+    let h: Vec<f64> = coef[first..=last].iter().map(|c| c * norm).collect();
+    let h_se: Vec<f64> = (first..=last)
+        .map(|i| {
+            active
+                .iter()
+                .position(|&a| a == i)
+                .map_or(0.0, |a| var(a, a).max(0.0).sqrt() * norm)
+        })
+        .collect();
+    let lead = first as f64 * dx;
+    // The response's update instant is the anchor less the leading empty bins.
+    let delay = d - dplus + lead;
+    let centroid = if gain > 0.0 {
+        d - dplus
+            + coef
+                .iter()
+                .enumerate()
+                .map(|(i, c)| c * (i as f64 + 0.5) * dx)
+                .sum::<f64>()
+                / gain
+    } else {
+        f64::NAN
+    };
+    let params = 4 + active.len();
+    FamilyFit {
+        shape: Shape::Response {
+            spacing_s: dx,
+            h_per_s: h,
+            h_se_per_s: h_se,
+        },
+        period_s: parent.period_s,
+        phase_s: Estimate::new(parent.phase_s.value + dplus - lead, parent.phase_s.se),
+        delay_s: Estimate::new(delay, parent.delay_s.se.hypot(dx / 12f64.sqrt())),
+        delay_min_s: delay - (d - parent.delay_min_s),
+        centroid_s: centroid,
+        gain: Estimate::new(gain, gain_se),
+        offset_w: Estimate::new(offset, var(p - 1, p - 1).max(0.0).sqrt()),
+        rss_w2: rss,
+        rms_w: (rss / n as f64).sqrt(),
+        readings: n,
+        updates: gr.len(),
+        params,
+        bic: bic(rss, n, gr.len(), params),
+        se_inflation: inflation,
+        at_search_edge: parent.at_search_edge,
+    }
+}
+
+/// Identifies a logger from a reference trace and the logger's readings (`read_times_s`,
+/// `read_power_w`, on the reference's timeline): every family's fit, and the one with
+/// the lowest BIC (see the [module documentation](self)).
+///
+/// Readings are used if their reach (`(max_delay_periods + 13)·T` back, which covers
+/// every window, delay and `3τ` searched, and `max_advance_periods·T` ahead) lies within
+/// the reference and touches no gap in it.
+/// The logger must be read at least as often as it updates, and the reference must span
+/// many updates with changes in power (steps, a square wave) for the window and delay to
+/// show.
+///
+/// # Errors
+///
+/// Mismatched lengths, non-finite readings, an option out of range, too few changes in
+/// the readings to estimate the period (without [`Options::period_s`]), or fewer than 20
+/// usable readings.
+pub fn identify(
+    reference: &Reference,
+    read_times_s: &[f64],
+    read_power_w: &[f64],
+    opts: &Options,
+) -> Result<Identification, IdentifyError> {
+    if read_times_s.len() != read_power_w.len() {
+        return Err(ParamError::new(
+            "read_power_w.len()",
+            read_power_w.len() as f64,
+            "must equal read_times_s.len()",
+        )
+        .into());
+    }
+    if let Some(&bad) = read_times_s
+        .iter()
+        .chain(read_power_w)
+        .find(|v| !v.is_finite())
+    {
+        return Err(ParamError::new("readings", bad, "must be finite").into());
+    }
+    if opts.max_delay_periods == 0 || opts.phase_steps < 8 || opts.response_bins < 2 {
+        return Err(ParamError::new(
+            "options",
+            f64::NAN,
+            "need max_delay_periods ≥ 1, phase_steps ≥ 8, response_bins ≥ 2",
+        )
+        .into());
+    }
+    let mut order: Vec<usize> = (0..read_times_s.len()).collect();
+    order.sort_by(|&a, &b| read_times_s[a].total_cmp(&read_times_s[b]));
+    let rt: Vec<f64> = order.iter().map(|&i| read_times_s[i]).collect();
+    let rw: Vec<f64> = order.iter().map(|&i| read_power_w[i]).collect();
+    let (t0, t_se) = match opts.period_s {
+        Some(p) if p.is_finite() && p > 0.0 => (p, 0.0),
+        Some(p) => return Err(ParamError::new("period_s", p, "must be finite and > 0").into()),
+        None => period_from_changes(&rt, &rw).ok_or(IdentifyError::NoPeriod {
+            changes: rw.windows(2).filter(|w| w[1] != w[0]).count(),
+        })?,
+    };
+    // Readings whose reach lies within the reference and crosses no gap.
+    let reach = (opts.max_delay_periods as f64 + 1.0 + MAX_WINDOW_PERIODS) * t0;
+    let advance = opts.max_advance_periods as f64 * t0;
+    let max_gap = opts
+        .max_gap_s
+        .unwrap_or(20.0 * reference.median_spacing_s());
+    let gaps: Vec<(f64, f64)> = reference
+        .t
+        .windows(2)
+        .filter(|w| w[1] - w[0] > max_gap)
+        .map(|w| (w[0], w[1]))
+        .collect();
+    let end = reference.t[reference.t.len() - 1];
+    let (mut s, mut w) = (Vec::new(), Vec::new());
+    for (&t, &p) in rt.iter().zip(&rw) {
+        let x = t - reference.origin_s;
+        let ok = x - reach >= 0.0
+            && x + advance <= end
+            && gaps
+                .iter()
+                .all(|&(a, b)| b <= x - reach || a >= x + advance);
+        if ok {
+            s.push(x);
+            w.push(p);
+        }
+    }
+    const NEEDED: usize = 20;
+    if s.len() < NEEDED {
+        return Err(IdentifyError::TooFewReadings {
+            used: s.len(),
+            needed: NEEDED,
+        });
+    }
+    let engine = Engine::new(
+        reference,
+        s,
+        &w,
+        opts.max_advance_periods,
+        opts.max_delay_periods,
+    );
+    let mut fits = Vec::new();
+    let mut assigns = Vec::new();
+    for kind in [Kind::Tiling, Kind::Sliding, Kind::Partial, Kind::Exp] {
+        let opt = search(&engine, kind, t0, t_se, opts);
+        let (fit, assign) = finish_parametric(&engine, &opt, &w);
+        fits.push(fit);
+        assigns.push(assign);
+    }
+    // The box family: tiling (W = T, one parameter fewer) or sliding (W > T), by BIC.
+    if fits[1].bic < fits[0].bic {
+        fits.swap(0, 1);
+        assigns.swap(0, 1);
+    }
+    fits.remove(1);
+    assigns.remove(1);
+    let parent = (0..fits.len())
+        .min_by(|&a, &b| fits[a].bic.total_cmp(&fits[b].bic))
+        .unwrap_or(0);
+    let reach_s = match &fits[parent].shape {
+        Shape::Exponential { tau_s } => 3.0 * tau_s.value,
+        _ => fits[parent].window_s().map_or(t0, |e| e.value),
+    }
+    .min(MAX_WINDOW_PERIODS * t0 / 1.5);
+    let response = fit_response(
+        &engine,
+        &fits[parent],
+        &assigns[parent],
+        &w,
+        opts.response_bins,
+        reach_s,
+    );
+    fits.push(response);
+    let best = (0..fits.len())
+        .min_by(|&a, &b| fits[a].bic.total_cmp(&fits[b].bic))
+        .unwrap_or(0);
+    Ok(Identification {
+        fits,
+        best,
+        period_guess_s: Estimate::new(t0, t_se),
+        readings_used: w.len(),
+        readings_given: read_times_s.len(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// SplitMix64, for seeded test data.
+    struct Rng(u64);
+    impl Rng {
+        fn uniform(&mut self) -> f64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            ((z ^ (z >> 31)) >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+        }
+    }
+
+    /// The exact delay scan equals a brute-force search over every distinct delay.
+    #[test]
+    fn delay_scan_matches_brute_force() {
+        let mut rng = Rng(7);
+        let times: Vec<f64> = (0..4000).map(|i| f64::from(i) * 1e-3).collect();
+        let power: Vec<f64> = times
+            .iter()
+            .map(|&t| if (t * 7.3).sin() > 0.2 { 300.0 } else { 100.0 })
+            .collect();
+        let reference = Reference::new(&times, &power).unwrap();
+        // Readings polled irregularly, a 40 ms window updated every 100 ms, delay 23 ms.
+        let (period, phase, d, win) = (0.1, 0.0371, 0.023, 0.04);
+        let mut s = Vec::new();
+        let mut t = 0.5;
+        while t < 3.9 {
+            s.push(t);
+            t += 0.005 + 0.015 * rng.uniform();
+        }
+        let w: Vec<f64> = s
+            .iter()
+            .map(|&t: &f64| {
+                let u = phase + ((t - d - phase) / period).floor() * period;
+                0.9 * reference.mean(u - win, u) - 2.0 + 0.3 * (rng.uniform() - 0.5)
+            })
+            .collect();
+        let engine = Engine::new(&reference, s.clone(), &w, 1, 2);
+        let feat = Feat::Window(win);
+        for trial in 0..5 {
+            let ph = phase - engine.t_mid + 0.004 * f64::from(trial);
+            let ev = engine.evaluate(period, ph, &feat);
+            // Brute force: every candidate delay (each reading's switch point, and 0).
+            let (_, rr) = grid_positions(&engine.s, engine.t_mid, period, ph);
+            let mut cands = vec![-period];
+            for m in -1..2 {
+                cands.extend(rr.iter().map(|r| f64::from(m) * period + r));
+            }
+            let mut best = f64::INFINITY;
+            for &dd in &cands {
+                let f: Vec<f64> = s
+                    .iter()
+                    .map(|&t| {
+                        let u0 = engine.t_mid + ph;
+                        let u = u0 + ((t - dd - u0) / period).floor() * period;
+                        reference.mean(u - win, u)
+                    })
+                    .collect();
+                let n = f.len() as f64;
+                let (mf, my) = (f.iter().sum::<f64>() / n, w.iter().sum::<f64>() / n);
+                let (mut sff, mut sfy, mut syy) = (0.0, 0.0, 0.0);
+                for (a, b) in f.iter().zip(&w) {
+                    sff += (a - mf) * (a - mf);
+                    sfy += (a - mf) * (b - my);
+                    syy += (b - my) * (b - my);
+                }
+                best = best.min(syy - sfy * sfy / sff);
+            }
+            assert!(
+                (ev.rss - best).abs() <= 1e-6 * best.max(1.0),
+                "trial {trial}: scan {} vs brute force {best}",
+                ev.rss
+            );
+        }
+        // At the truth the delay bracket holds the true delay.
+        let ev = engine.evaluate(period, phase - engine.t_mid, &feat);
+        assert!(ev.d_lo < d && d <= ev.d_hi + 1e-12, "{ev:?}");
+        assert!(
+            (ev.gain - 0.9).abs() < 0.01 && (ev.offset + 2.0).abs() < 1.0,
+            "{ev:?}"
+        );
+    }
+}

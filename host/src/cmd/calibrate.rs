@@ -1,0 +1,190 @@
+//! `railtrace calibrate logger INPUT -o logger.toml`: the GPU logger's response, identified
+//! against the rig (or an external meter).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use railtrace::analysis::{timeline, Options, Timeline};
+use railtrace::logger_model::{LoggerModel, Provenance};
+use railtrace::profile::rig_path;
+use railtrace::recording::{self, iso_utc, Kind, Rows};
+use railtrace_calibration::logger::{identify, Options as IdentifyOptions, Reference};
+
+/// Identifies things against the rig.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    what: What,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum What {
+    /// The GPU's power logger: its response family (box, partial window, exponential, or a
+    /// non-parametric response), update period, window, delay, gain and offset, each with
+    /// its uncertainty, chosen by BIC; written as a versioned model file.
+    Logger {
+        /// A profiling run (`railtrace profile`; its rig capture beside it), or a recording
+        /// holding reference samples and logger readings on one timeline (`railtrace
+        /// import pmd`).
+        input: PathBuf,
+        /// The rig's capture of a profiling run; `<input>.rig.arrow` when not given.
+        #[arg(long)]
+        rig: Option<PathBuf>,
+        /// The model file to write.
+        #[arg(long, short, default_value = "logger.toml")]
+        output: PathBuf,
+        /// The logger's update period if known, ms (estimated from the readings otherwise).
+        #[arg(long)]
+        period_ms: Option<f64>,
+        /// Print the model as JSON too.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Reference samples and logger readings of a recording with both (an import).
+fn from_recording(path: &Path) -> anyhow::Result<(Timeline, String, String)> {
+    let r = recording::read(path)?;
+    let mut t = Timeline::default();
+    for rows in r.rows() {
+        let (time, total, logger) = (
+            rows.f64("time_s"),
+            rows.f32("total_w"),
+            rows.f64("logger_w"),
+        );
+        for i in 0..rows.len() {
+            match rows.kind(i) {
+                Kind::Sample => {
+                    if let Some(w) = Rows::get(total, i) {
+                        t.rig_t.push(time.value(i));
+                        t.rig_w.push(f64::from(w));
+                    }
+                }
+                Kind::Logger => {
+                    t.logger_t.push(time.value(i));
+                    t.logger_w.push(logger.value(i));
+                }
+                _ => {}
+            }
+        }
+    }
+    let device = r
+        .meta
+        .device
+        .as_ref()
+        .and_then(|d| d["board"].as_str().map(str::to_string))
+        .unwrap_or_else(|| "its samples".into());
+    let logger = r
+        .meta
+        .settings
+        .as_ref()
+        .and_then(|s| s["gpu_logger"].as_str().map(str::to_string))
+        .unwrap_or_else(|| "its logger rows".into());
+    Ok((t, format!("{device} ({})", r.meta.source), logger))
+}
+
+/// Runs `railtrace calibrate`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let What::Logger {
+        input,
+        rig,
+        output,
+        period_ms,
+        json,
+    } = args.what;
+    let head = recording::read(&input)?;
+    let is_profile = head
+        .meta
+        .settings
+        .as_ref()
+        .is_some_and(|s| s.get("gpu_clock_hz").is_some());
+    let (t, reference, logger) = if is_profile {
+        let rig = rig.unwrap_or_else(|| rig_path(&input));
+        let logger = head
+            .meta
+            .settings
+            .as_ref()
+            .and_then(|s| s["logger"].as_str().map(str::to_string))
+            .unwrap_or_default();
+        (
+            timeline(&input, &rig, &Options::default())?,
+            format!("the rig's capture {}", rig.display()),
+            logger,
+        )
+    } else {
+        from_recording(&input)?
+    };
+    drop(head);
+    anyhow::ensure!(
+        t.rig_t.len() >= 2 && !t.logger_t.is_empty(),
+        "{}: needs reference samples and logger readings ({} and {} here)",
+        input.display(),
+        t.rig_t.len(),
+        t.logger_t.len()
+    );
+    let reference_trace = Reference::new(&t.rig_t, &t.rig_w)
+        .map_err(|e| anyhow::anyhow!("{}: the reference: {e}", input.display()))?;
+    let opts = IdentifyOptions {
+        period_s: period_ms.map(|p| p * 1e-3),
+        ..IdentifyOptions::default()
+    };
+    let started = std::time::Instant::now();
+    let ident = identify(&reference_trace, &t.logger_t, &t.logger_w, &opts)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", input.display()))
+        .context("the logger could not be identified")?;
+    let best = ident.best();
+    let model = LoggerModel::new(
+        &ident,
+        best,
+        Provenance {
+            input: input.display().to_string(),
+            reference,
+            logger,
+            created_utc: iso_utc(railtrace::gpu::host_now_ns()),
+            railtrace: env!("CARGO_PKG_VERSION").into(),
+        },
+    );
+    model.write(&output)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&model)?);
+    }
+    let ms = |s: f64| s * 1e3;
+    eprintln!(
+        "railtrace calibrate: {} readings against {} reference samples in {:.1} s",
+        ident.readings_used,
+        t.rig_t.len(),
+        started.elapsed().as_secs_f64()
+    );
+    for f in &ident.fits {
+        eprintln!(
+            "  {:<12} BIC {:>10.1}  residual {:.3} W{}",
+            f.family().name(),
+            f.bic,
+            f.rms_w,
+            if std::ptr::eq(f, best) {
+                "  <- chosen"
+            } else {
+                ""
+            }
+        );
+    }
+    eprintln!(
+        "railtrace calibrate: {} logger: period {:.3} ± {:.3} ms, {}delay {:.3} ± {:.3} ms, gain {:.4} ± {:.4}, offset {:.2} ± {:.2} W -> {}",
+        model.family,
+        ms(model.period_s),
+        ms(model.period_se_s),
+        match (model.window_s, model.tau_s) {
+            (Some(w), _) => format!("window {:.3} ± {:.3} ms, ", ms(w), ms(model.window_se_s.unwrap_or(f64::NAN))),
+            (_, Some(tau)) => format!("τ {:.3} ± {:.3} ms, ", ms(tau), ms(model.tau_se_s.unwrap_or(f64::NAN))),
+            _ => String::new(),
+        },
+        ms(model.delay_s),
+        ms(model.delay_se_s),
+        model.gain,
+        model.gain_se,
+        model.offset_w,
+        model.offset_se_w,
+        output.display()
+    );
+    Ok(())
+}
