@@ -34,6 +34,8 @@ enum Command {
     Report(cmd::report::Args),
     /// Identifies the GPU's power logger against the rig.
     Calibrate(cmd::calibrate::Args),
+    /// Undoes the GPU logger's response in a profiling run's stitched profile.
+    Correct(cmd::correct::Args),
     /// The digital twin of the bench.
     Twin(cmd::twin::Args),
 }
@@ -51,6 +53,7 @@ fn main() {
         Command::Profile(args) => cmd::profile::run(args),
         Command::Report(args) => cmd::report::run(args),
         Command::Calibrate(args) => cmd::calibrate::run(args),
+        Command::Correct(args) => cmd::correct::run(args),
         Command::Twin(args) => cmd::twin::run(args),
     };
     if let Err(e) = result {

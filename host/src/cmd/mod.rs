@@ -1,6 +1,7 @@
 //! One subcommand per file.
 pub mod calibrate;
 pub mod capture;
+pub mod correct;
 pub mod devices;
 pub mod export;
 pub mod import;
