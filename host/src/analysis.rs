@@ -274,14 +274,54 @@ fn own_link(g: &GpuSide) -> Option<railtrace_calibration::align::LinearMap> {
     Some(map)
 }
 
-/// The GPU side's analysis (see [`GpuView`]).
-pub(crate) fn gpu_view(g: &GpuSide, o: &Options) -> Result<GpuView, AnalysisError> {
-    let gpu = fit_brackets(&g.brackets, o.keep_brackets).map_err(|e| {
+/// GPU clock (s) → host, from the tightest bracketed reads.
+fn gpu_link(g: &GpuSide, o: &Options) -> Result<Fit, AnalysisError> {
+    fit_brackets(&g.brackets, o.keep_brackets).map_err(|e| {
         AnalysisError::Math(format!(
             "GPU↔host from {} clock reads: {e}",
             g.brackets.len()
         ))
-    })?;
+    })
+}
+
+/// Device clock (s) → host, from the trigger edges the host drove (their brackets'
+/// midpoints plus the trigger path's known latency) paired with the rig's timestamps.
+fn device_link(g: &GpuSide, rig: &RigSide, o: &Options) -> Result<Fit, AnalysisError> {
+    let driven: Vec<(bool, f64)> = g
+        .driven
+        .iter()
+        .map(|&(up, t)| (up, t + o.trigger_latency_s))
+        .collect();
+    let pairs = pair_edges(&driven, &rig.edges, 5e-3);
+    fit_pairs(&pairs).map_err(|e| {
+        AnalysisError::Math(format!(
+            "device↔host from {} of {} trigger edges paired: {e}",
+            pairs.len(),
+            g.driven.len()
+        ))
+    })
+}
+
+/// The logger's readings on the host's timeline (NaN where a reading's clock has no
+/// link).
+fn logger_readings(g: &GpuSide, gpu: &Fit) -> Vec<Reading> {
+    let own = own_link(g);
+    g.logger
+        .iter()
+        .map(|&(stamp, power_w)| Reading {
+            time: match stamp {
+                LoggerStamp::Gpu(ticks) => gpu.map.apply(ticks as f64 / g.hz),
+                LoggerStamp::Host(host_s) => host_s,
+                LoggerStamp::Own(own_s, _) => own.map_or(f64::NAN, |m| m.apply(own_s)),
+            },
+            power_w,
+        })
+        .collect()
+}
+
+/// The GPU side's analysis (see [`GpuView`]).
+pub(crate) fn gpu_view(g: &GpuSide, o: &Options) -> Result<GpuView, AnalysisError> {
+    let gpu = gpu_link(g, o)?;
     let to_host = |ticks: u64| gpu.map.apply(ticks as f64 / g.hz);
     let execs: Vec<Execution> = g
         .executions
@@ -303,20 +343,7 @@ pub(crate) fn gpu_view(g: &GpuSide, o: &Options) -> Result<GpuView, AnalysisErro
             kept[i] = true;
         }
     }
-    let own = own_link(g);
-    let readings: Vec<Reading> = g
-        .logger
-        .iter()
-        .map(|&(stamp, power_w)| Reading {
-            time: match stamp {
-                LoggerStamp::Gpu(ticks) => to_host(ticks),
-                LoggerStamp::Host(host_s) => host_s,
-                LoggerStamp::Own(own_s, _) => own.map_or(f64::NAN, |m| m.apply(own_s)),
-            },
-            power_w,
-        })
-        .collect();
-    let stitched = stitch_kept(&readings, &execs, &kept, o.horizon_s);
+    let stitched = stitch_kept(&logger_readings(g, &gpu), &execs, &kept, o.horizon_s);
     Ok(GpuView {
         gpu,
         execs,
@@ -467,20 +494,8 @@ pub fn analyse(
             profile_path.display()
         )));
     }
-    // Device ↔ host, from the trigger edges; GPU ↔ host, from the bracketed reads.
-    let driven: Vec<(bool, f64)> = g
-        .driven
-        .iter()
-        .map(|&(up, t)| (up, t + o.trigger_latency_s))
-        .collect();
-    let pairs = pair_edges(&driven, &rig.edges, 5e-3);
-    let device = fit_pairs(&pairs).map_err(|e| {
-        AnalysisError::Math(format!(
-            "device↔host from {} of {} trigger edges paired: {e}",
-            pairs.len(),
-            g.driven.len()
-        ))
-    })?;
+    // Device ↔ host, from the trigger edges.
+    let device = device_link(&g, &rig, o)?;
     // GPU ↔ host; executions clustered by duration; the logger's readings stitched.
     let GpuView {
         gpu,
@@ -617,31 +632,17 @@ pub fn timeline(
 ) -> Result<Timeline, AnalysisError> {
     let g = gpu_side(&recording::read(profile_path)?)?;
     let rig = rig_side(&recording::read(rig_path)?, g.line, g.epoch_ns)?;
-    let driven: Vec<(bool, f64)> = g
-        .driven
-        .iter()
-        .map(|&(up, t)| (up, t + o.trigger_latency_s))
-        .collect();
-    let pairs = pair_edges(&driven, &rig.edges, 5e-3);
-    let device = fit_pairs(&pairs)
-        .map_err(|e| AnalysisError::Math(format!("device↔host from {} edges: {e}", pairs.len())))?;
-    let gpu = fit_brackets(&g.brackets, o.keep_brackets)
-        .map_err(|e| AnalysisError::Math(format!("GPU↔host: {e}")))?;
-    let own = own_link(&g);
+    let device = device_link(&g, &rig, o)?;
+    let gpu = gpu_link(&g, o)?;
     let mut t = Timeline::default();
     for &(d, w) in &rig.samples {
         t.rig_t.push(device.map.apply(d));
         t.rig_w.push(f64::from(w));
     }
-    for &(stamp, w) in &g.logger {
-        let at = match stamp {
-            LoggerStamp::Gpu(ticks) => gpu.map.apply(ticks as f64 / g.hz),
-            LoggerStamp::Host(s) => s,
-            LoggerStamp::Own(own_s, _) => own.map_or(f64::NAN, |m| m.apply(own_s)),
-        };
-        if at.is_finite() {
-            t.logger_t.push(at);
-            t.logger_w.push(w);
+    for r in logger_readings(&g, &gpu) {
+        if r.time.is_finite() {
+            t.logger_t.push(r.time);
+            t.logger_w.push(r.power_w);
         }
     }
     Ok(t)

@@ -554,10 +554,6 @@ impl Reader<'_> {
     /// Turns one message into records.
     fn on_message(&mut self, m: &Message<'_>, frames_lost: u64) {
         let r = match m {
-            Message::SampleBlock(b) => {
-                block(b, self.frames_lost_closed + frames_lost, self.host_drops)
-            }
-            Message::TriggerEdge(e) => Record::Edge(*e),
             Message::TimeSyncReply(r) => match self.pending_syncs.remove(&r.nonce) {
                 Some(host_send_ns) => Record::Sync(Sync {
                     host_send_ns,
@@ -567,16 +563,22 @@ impl Reader<'_> {
                 }),
                 None => return,
             },
-            Message::Status(s) => {
-                self.drops_now = s.dropped_total();
-                self.counters
-                    .device_drops
-                    .store(self.drops_closed + self.drops_now, Ordering::Relaxed);
-                Record::Status(*s)
-            }
-            Message::Log(l) => Record::Log(format!("{:?}: {}", l.level, l.text)),
-            _ => return,
+            m => match owned(m, self.frames_lost_closed + frames_lost, self.host_drops) {
+                Some(r) => r,
+                None => return,
+            },
         };
+        self.push_noted(r);
+    }
+
+    /// Pushes a record, keeping the device-drop counter up to date from a status.
+    fn push_noted(&mut self, r: Record) {
+        if let Record::Status(s) = &r {
+            self.drops_now = s.dropped_total();
+            self.counters
+                .device_drops
+                .store(self.drops_closed + self.drops_now, Ordering::Relaxed);
+        }
         self.push(r);
     }
 
@@ -735,13 +737,7 @@ impl Reader<'_> {
             )
             .await;
         for m in msgs.into_iter().flatten() {
-            if let Record::Status(s) = &m {
-                self.drops_now = s.dropped_total();
-                self.counters
-                    .device_drops
-                    .store(self.drops_closed + self.drops_now, Ordering::Relaxed);
-            }
-            self.push(m);
+            self.push_noted(m);
         }
         self.update_link(rig);
         match r {
@@ -767,8 +763,8 @@ fn block(b: &SampleBlock<'_>, frames_lost: u64, host_drops: u64) -> Record {
     }
 }
 
-/// The records of a message that the writer keeps, for messages collected outside the
-/// main loop.
+/// The records of a message that the writer keeps (all but time-sync replies, which need
+/// the host's send time).
 fn owned(m: &Message<'_>, frames_lost: u64, host_drops: u64) -> Option<Record> {
     Some(match m {
         Message::SampleBlock(b) => block(b, frames_lost, host_drops),
@@ -915,6 +911,12 @@ pub fn replay(stream: &[u8], config: &Config) -> Result<(Progress, u64), Capture
     Ok((counters.progress(started.elapsed()), rows))
 }
 
+/// Writes a gap row and counts it.
+fn mark_gap(file: &mut Writer, counters: &Counters, gap: Event) {
+    file.event(&gap);
+    counters.gaps.fetch_add(1, Ordering::Relaxed);
+}
+
 /// The writer thread: records to rows until [`Record::End`].
 fn write_loop(
     config: &Config,
@@ -1021,14 +1023,17 @@ impl<'a> Writing<'a> {
                 // A gap: from the reconnect, or within a connection.
                 if let Some(cause) = self.reconnect_gap.take() {
                     let start = self.last_sample_s.map_or(seg.anchor_s, |t| t + period_s);
-                    file.event(&Event::Gap {
-                        time_s: start,
-                        index: None,
-                        samples: None,
-                        duration_s: seg.time_s(first_tick) - start,
-                        cause,
-                    });
-                    self.counters.gaps.fetch_add(1, Ordering::Relaxed);
+                    mark_gap(
+                        file,
+                        self.counters,
+                        Event::Gap {
+                            time_s: start,
+                            index: None,
+                            samples: None,
+                            duration_s: seg.time_s(first_tick) - start,
+                            cause,
+                        },
+                    );
                 } else if let Some(next) = seg.next_index.filter(|&x| first_index > x) {
                     let missing = first_index - next;
                     let link = frames_lost.saturating_sub(self.frames_lost);
@@ -1044,14 +1049,17 @@ impl<'a> Writing<'a> {
                             .to_string()
                     };
                     let start_tick = first_tick.saturating_sub(missing * u64::from(period_ticks));
-                    file.event(&Event::Gap {
-                        time_s: seg.time_s(start_tick),
-                        index: Some(next),
-                        samples: Some(missing),
-                        duration_s: missing as f64 * period_s,
-                        cause,
-                    });
-                    self.counters.gaps.fetch_add(1, Ordering::Relaxed);
+                    mark_gap(
+                        file,
+                        self.counters,
+                        Event::Gap {
+                            time_s: seg.time_s(start_tick),
+                            index: Some(next),
+                            samples: Some(missing),
+                            duration_s: missing as f64 * period_s,
+                            cause,
+                        },
+                    );
                 } else if seg.next_index.is_some_and(|x| first_index < x) {
                     return Ok(()); // a block already written (a repeat): keep the first
                 }
@@ -1138,14 +1146,17 @@ impl<'a> Writing<'a> {
                     let start = self
                         .last_sample_s
                         .map_or(seg.anchor_s, |t| t + self.period_s);
-                    file.event(&Event::Gap {
+                    mark_gap(
+                        file,
+                        self.counters,
+                        Event::Gap {
                         time_s: start,
                         index: Some(next),
                         samples: Some(missing),
                         duration_s: missing as f64 * self.period_s,
                         cause: "device: samples taken after the last block received, dropped on the device or lost on the link (see its status)".into(),
-                    });
-                    self.counters.gaps.fetch_add(1, Ordering::Relaxed);
+                    },
+                    );
                 }
                 file.event(&Event::Text {
                     kind: Kind::Status,

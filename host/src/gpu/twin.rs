@@ -210,13 +210,14 @@ impl TriggerOut for TwinTrigger<'_> {
     }
 
     fn set(&mut self, high: bool) -> Result<Driven, TriggerError> {
-        let before = self.twin.unix_ns(self.twin.now_s());
-        self.twin.trigger(self.line, high);
-        let after = self.twin.unix_ns(self.twin.now_s());
-        Ok(Driven {
+        let twin = self.twin;
+        Driven::bracket(
             high,
-            host_before_ns: before,
-            host_after_ns: after,
-        })
+            || twin.unix_ns(twin.now_s()),
+            || {
+                twin.trigger(self.line, high);
+                Ok(())
+            },
+        )
     }
 }

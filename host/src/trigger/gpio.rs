@@ -98,20 +98,15 @@ impl TriggerOut for GpioTrigger {
     }
 
     fn set(&mut self, high: bool) -> Result<Driven, TriggerError> {
-        let host_before_ns = host_now_ns();
-        let r = self.request.set_lone_value(Value::from(high));
-        let host_after_ns = host_now_ns();
-        r.map_err(|e| {
+        Driven::bracket(high, host_now_ns, || {
+            self.request.set_lone_value(Value::from(high)).map(|_| ())
+        })
+        .map_err(|e| {
             TriggerError::Other(format!(
                 "{} line {}: setting it failed: {e}",
                 self.chip.display(),
                 self.line
             ))
-        })?;
-        Ok(Driven {
-            high,
-            host_before_ns,
-            host_after_ns,
         })
     }
 }

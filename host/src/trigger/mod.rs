@@ -16,6 +16,25 @@ pub struct Driven {
     pub host_after_ns: i64,
 }
 
+impl Driven {
+    /// Sets a line to `high` with `set`, between two reads of the host clock `now` (ns
+    /// since the Unix epoch).
+    pub fn bracket<E>(
+        high: bool,
+        now: impl Fn() -> i64,
+        set: impl FnOnce() -> Result<(), E>,
+    ) -> Result<Driven, E> {
+        let host_before_ns = now();
+        let r = set();
+        let host_after_ns = now();
+        r.map(|()| Driven {
+            high,
+            host_before_ns,
+            host_after_ns,
+        })
+    }
+}
+
 /// What went wrong driving a line.
 #[derive(Debug, thiserror::Error)]
 pub enum TriggerError {

@@ -137,20 +137,12 @@ impl TriggerOut for SerialTrigger {
     }
 
     fn set(&mut self, high: bool) -> Result<Driven, TriggerError> {
-        let host_before_ns = host_now_ns();
-        let r = self.drive(high);
-        let host_after_ns = host_now_ns();
-        r.map_err(|e| {
+        Driven::bracket(high, host_now_ns, || self.drive(high)).map_err(|e| {
             TriggerError::Other(format!(
                 "{}: setting {} failed: {e}",
                 self.path.display(),
                 self.line
             ))
-        })?;
-        Ok(Driven {
-            high,
-            host_before_ns,
-            host_after_ns,
         })
     }
 }
