@@ -48,8 +48,10 @@
 //!    linear least squares for `g` and `c` from running sums, O(1) per switch.
 //! 4. The non-parametric family takes the update grid and delay of the best parametric
 //!    family, places `response_bins` bins over `1.5 ×` that family's reach (`W`, or
-//!    `3τ`), solves for non-negative weights by Lawson–Hanson [`nnls_gram`] (offset
-//!    free), and trims the leading zero bins into the delay.
+//!    `3τ`, at least `T`), solves for non-negative weights by Lawson–Hanson [`nnls_gram`] (offset
+//!    free) with the bins' origin tried at eight offsets over one bin (the lowest residual
+//!    kept, so that the delay is not tied to the bin grid), and trims the leading bins
+//!    into the delay up to the first whose weight is beyond two standard errors.
 //!
 //! The delay is an interval: every `d` in `(delay_min_s, delay_s]` gives the same readings.
 //! [`FamilyFit::delay_s`] is its upper end, the smallest lag at which any reading showed
@@ -65,8 +67,17 @@
 //! exponential 6 (`+ W` or `+ τ`), response `4 + m` (`T, φ, d, c` and the `m` non-zero
 //! bins, whose sum is the gain). The box family is the tiling or the sliding box,
 //! whichever has the lower BIC (a partial window at `W = T` is the tiling box with a
-//! parameter more, so a tiling logger is called a box). The lowest BIC is
-//! [`Identification::best`].
+//! parameter more, so a tiling logger is called a box). The parametric family of lowest
+//! BIC is [`Identification::best`] (a partial window short of the period by less than one
+//! reference sample counts as the tiling box), unless the free response has a lower BIC *and* a
+//! residual at least [`RESPONSE_MIN_GAIN`] below it (half). The margin is there because
+//! a reference is never the GPU's own power: a rig's input filter and sensor errors are
+//! differences a free shape absorbs. Against the twin's rig (a 5 µs input filter), a
+//! 1 ms box logger lost to the free response by 28-121 BIC units at a residual 1-2 %
+//! lower, a 0.25 ms partial window at a residual 28 % lower (its edges meet the filter
+//! every 250 µs); where no parametric shape holds (the RTX 3090's square wave) the free
+//! response's residual is a quarter of the best parametric one's, and a
+//! wrong family leaves residuals several times the right one's.
 //!
 //! Uncertainties are from the curvature of the residual sum of squares (Gauss–Newton):
 //! `cov = s² (JᵀJ)⁻¹` with the Jacobian `J` of the per-update prediction (central finite
@@ -709,7 +720,7 @@ pub struct Options {
     pub phase_steps: usize,
     /// Window or time-constant grid points. Default 20.
     pub shape_steps: usize,
-    /// Bins of the non-parametric response. Default 48.
+    /// Bins of the non-parametric response. Default 96.
     pub response_bins: usize,
     /// Readings whose reach touches a gap in the reference longer than this are left
     /// out, s; default 20 × the reference's median spacing.
@@ -724,7 +735,7 @@ impl Default for Options {
             max_advance_periods: 1,
             phase_steps: 96,
             shape_steps: 20,
-            response_bins: 48,
+            response_bins: 96,
             max_gap_s: None,
         }
     }
@@ -934,6 +945,8 @@ struct Engine<'r> {
     /// Whole periods of delay searched: `m_lo..m_hi` (negative: an advance).
     m_lo: i64,
     m_hi: i64,
+    /// The reference's median sample spacing, s.
+    spacing_s: f64,
 }
 
 /// Readings whose distances to the update grid differ by less than this many periods are
@@ -974,13 +987,18 @@ impl<'r> Engine<'r> {
             t_mid,
             m_lo: -(advance as i64),
             m_hi: (delay as i64).max(1),
+            spacing_s: reference.median_spacing_s(),
         }
     }
 
     /// Readings closer than this to each other's switch point switch together: no
-    /// delay separates them (exactly periodic readings differ by the rounding of `T`).
-    fn tie(period: f64) -> f64 {
-        TIE * period
+    /// delay separates them. Exactly periodic readings differ by the rounding of `T`, and
+    /// readings stamped on a GPU counter by its tick (10 ns at 100 MHz); a tenth of the
+    /// reference's sample spacing is far below the delay the reference can resolve.
+    /// Without it, a reading or two set apart by their stamps' rounding made an
+    /// assignment one period off for the rest that won by the noise of those readings.
+    fn tie(&self, period: f64) -> f64 {
+        (TIE * period).max(0.1 * self.spacing_s)
     }
 
     /// The best delay (exactly, over all assignments) with least-squares gain and offset.
@@ -1002,7 +1020,7 @@ impl<'r> Engine<'r> {
             *slot
         };
         let order = distance_order(&rr);
-        let tie = Self::tie(period);
+        let tie = self.tie(period);
         let nf = n as f64;
         let mut best = Eval::worst();
         for m in self.m_lo..self.m_hi {
@@ -1353,6 +1371,13 @@ fn curvature_cov(rows: &[Vec<f64>], resid: &[f64]) -> (Option<Vec<f64>>, f64) {
     (cov, inflation)
 }
 
+/// Origins of the free response's bins tried, evenly over one bin.
+const RESPONSE_SHIFTS: usize = 8;
+
+/// How much lower (relative) the free response's residual must be than the best
+/// parametric family's for it to be chosen (see the criterion above).
+pub const RESPONSE_MIN_GAIN: f64 = 0.5;
+
 fn bic(rss: f64, n: usize, n_u: usize, k: usize) -> f64 {
     let n_u = n_u.max(1) as f64;
     n_u * (rss.max(1e-300) / n as f64).ln() + k as f64 * n_u.ln()
@@ -1493,6 +1518,7 @@ fn finish_parametric(engine: &Engine<'_>, opt: &Optimum, w: &[f64]) -> (FamilyFi
 fn fit_response(
     engine: &Engine<'_>,
     parent: &FamilyFit,
+    period: Estimate,
     assign: &[i64],
     w: &[f64],
     bins: usize,
@@ -1500,7 +1526,7 @@ fn fit_response(
 ) -> FamilyFit {
     let reference = engine.reference;
     let n = w.len();
-    let t = parent.period_s.value;
+    let t = period.value;
     let u0 = parent.phase_s.value - reference.origin_s;
     let d = parent.delay_s.value;
     // Bins reach back from the anchor `u + max(d, 0)`: the later of the parent's update
@@ -1510,68 +1536,106 @@ fn fit_response(
     let span = (1.5 * (dplus + reach_s)).min(MAX_WINDOW_PERIODS * t);
     let dx = span / nb as f64;
     let gr = groups(assign, w);
-    // Design per update: bin i's mean over [a − (i+1)Δ, a − iΔ], a = u + max(d, 0).
-    let design: Vec<Vec<f64>> = gr
-        .iter()
-        .map(|g| {
-            let v = u0 + g.0 as f64 * t + dplus;
-            (0..nb)
-                .map(|i| {
-                    let hi = v - i as f64 * dx;
-                    reference.mean_rel(hi - dx, hi)
-                })
-                .collect()
-        })
-        .collect();
-    // Reading-weighted centred normal equations (the offset is free).
-    let wsum: f64 = gr.iter().map(|g| g.2 as f64).sum();
-    let abar: Vec<f64> = (0..nb)
-        .map(|i| {
-            gr.iter()
-                .zip(&design)
-                .map(|(g, a)| g.2 as f64 * a[i])
-                .sum::<f64>()
-                / wsum
-        })
-        .collect();
-    let ybar = gr.iter().map(|g| g.2 as f64 * g.3).sum::<f64>() / wsum;
-    let mut gram = vec![0.0; nb * nb];
-    let mut rhs = vec![0.0; nb];
-    for (g, a) in gr.iter().zip(&design) {
-        let c = g.2 as f64;
-        for i in 0..nb {
-            let ai = a[i] - abar[i];
-            rhs[i] += c * ai * (g.3 - ybar);
-            for j in 0..nb {
-                gram[i * nb + j] += c * ai * (a[j] - abar[j]);
+    // Design per update: bin i's mean over [a − (i+1)Δ, a − iΔ], a = u + max(d, 0) − σ;
+    // the bins' origin σ is searched over one bin in RESPONSE_SHIFTS steps, so that the
+    // response's start (its delay) is not tied to the parent's grid.
+    let solve = |sigma: f64, from: usize| {
+        let design: Vec<Vec<f64>> = gr
+            .iter()
+            .map(|g| {
+                let v = u0 + g.0 as f64 * t + dplus - sigma;
+                (0..nb)
+                    .map(|i| {
+                        let hi = v - i as f64 * dx;
+                        if i < from {
+                            0.0 // held at zero
+                        } else {
+                            reference.mean_rel(hi - dx, hi)
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        // Reading-weighted centred normal equations (the offset is free).
+        let wsum: f64 = gr.iter().map(|g| g.2 as f64).sum();
+        let abar: Vec<f64> = (0..nb)
+            .map(|i| {
+                gr.iter()
+                    .zip(&design)
+                    .map(|(g, a): (_, &Vec<f64>)| g.2 as f64 * a[i])
+                    .sum::<f64>()
+                    / wsum
+            })
+            .collect();
+        let ybar = gr.iter().map(|g| g.2 as f64 * g.3).sum::<f64>() / wsum;
+        let mut gram = vec![0.0; nb * nb];
+        let mut rhs = vec![0.0; nb];
+        for (g, a) in gr.iter().zip(&design) {
+            let c = g.2 as f64;
+            for i in 0..nb {
+                let ai = a[i] - abar[i];
+                rhs[i] += c * ai * (g.3 - ybar);
+                for j in 0..nb {
+                    gram[i * nb + j] += c * ai * (a[j] - abar[j]);
+                }
             }
         }
-    }
-    let coef = nnls_gram(&gram, &rhs, nb);
-    let offset = ybar - coef.iter().zip(&abar).map(|(c, a)| c * a).sum::<f64>();
-    let gain: f64 = coef.iter().sum();
-    let pred_u: Vec<f64> = design
-        .iter()
-        .map(|a| offset + a.iter().zip(&coef).map(|(x, c)| x * c).sum::<f64>())
-        .collect();
-    let mut rss = 0.0;
-    for (g, p) in gr.iter().zip(&pred_u) {
-        for y in &w[g.1..g.1 + g.2] {
-            rss += (y - p) * (y - p);
+        let coef = nnls_gram(&gram, &rhs, nb);
+        let offset = ybar - coef.iter().zip(&abar).map(|(c, a)| c * a).sum::<f64>();
+        let pred_u: Vec<f64> = design
+            .iter()
+            .map(|a| offset + a.iter().zip(&coef).map(|(x, c)| x * c).sum::<f64>())
+            .collect();
+        let mut rss = 0.0;
+        for (g, p) in gr.iter().zip(&pred_u) {
+            for y in &w[g.1..g.1 + g.2] {
+                rss += (y - p) * (y - p);
+            }
         }
-    }
-    let active: Vec<usize> = (0..nb).filter(|&i| coef[i] > 0.0).collect();
+        (sigma, design, coef, offset, pred_u, rss)
+    };
+    let best = (0..RESPONSE_SHIFTS)
+        .map(|j| solve(j as f64 * dx / RESPONSE_SHIFTS as f64, 0))
+        .min_by(|a, b| a.5.total_cmp(&b.5))
+        .expect("RESPONSE_SHIFTS > 0");
     // Curvature on the active bins and the offset, per update.
-    let rows: Vec<Vec<f64>> = design
+    let curvature = |design: &[Vec<f64>], coef: &[f64], pred_u: &[f64]| {
+        let active: Vec<usize> = (0..nb).filter(|&i| coef[i] > 0.0).collect();
+        let rows: Vec<Vec<f64>> = design
+            .iter()
+            .map(|a| {
+                let mut r: Vec<f64> = active.iter().map(|&i| a[i]).collect();
+                r.push(1.0);
+                r
+            })
+            .collect();
+        let resid: Vec<f64> = gr.iter().zip(pred_u).map(|(g, p)| g.3 - p).collect();
+        let (cov, inflation) = curvature_cov(&rows, &resid);
+        (active, cov, inflation)
+    };
+    let (active, cov, _) = curvature(&best.1, &best.2, &best.4);
+    let sd = |cov: &Option<Vec<f64>>, p: usize, a: usize| {
+        cov.as_ref()
+            .map_or(f64::NAN, |c| c[a * p + a])
+            .max(0.0)
+            .sqrt()
+    };
+    // The response starts at its first bin that is significantly non-zero (two standard
+    // errors): NNLS leaves small positive weights in leading bins from noise and from the
+    // reference's own filter, which would otherwise set the delay. Those are held at zero
+    // and the weights solved again.
+    let first = active
         .iter()
-        .map(|a| {
-            let mut r: Vec<f64> = active.iter().map(|&i| a[i]).collect();
-            r.push(1.0);
-            r
-        })
-        .collect();
-    let resid: Vec<f64> = gr.iter().zip(&pred_u).map(|(g, p)| g.3 - p).collect();
-    let (cov, inflation) = curvature_cov(&rows, &resid);
+        .enumerate()
+        .find(|&(a, &i)| best.2[i] > 2.0 * sd(&cov, active.len() + 1, a))
+        .map_or(0, |(_, &i)| i);
+    let (sigma, design, coef, offset, pred_u, rss) = if active.first().is_some_and(|&f| f < first) {
+        solve(best.0, first)
+    } else {
+        best
+    };
+    let gain: f64 = coef.iter().sum();
+    let (active, cov, inflation) = curvature(&design, &coef, &pred_u);
     let p = active.len() + 1;
     let var = |a: usize, b: usize| cov.as_ref().map_or(f64::NAN, |c| c[a * p + b]);
     let gain_se = (0..active.len())
@@ -1592,11 +1656,12 @@ fn fit_response(
                 .map_or(0.0, |a| var(a, a).max(0.0).sqrt() * norm)
         })
         .collect();
-    let lead = first as f64 * dx;
+    let lead = sigma + first as f64 * dx;
     // The response's update instant is the anchor less the leading empty bins.
     let delay = d - dplus + lead;
     let centroid = if gain > 0.0 {
         d - dplus
+            + sigma
             + coef
                 .iter()
                 .enumerate()
@@ -1613,7 +1678,7 @@ fn fit_response(
             h_per_s: h,
             h_se_per_s: h_se,
         },
-        period_s: parent.period_s,
+        period_s: period,
         phase_s: Estimate::new(parent.phase_s.value + dplus - lead, parent.phase_s.se),
         delay_s: Estimate::new(delay, parent.delay_s.se.hypot(dx / 12f64.sqrt())),
         delay_min_s: delay - (d - parent.delay_min_s),
@@ -1742,26 +1807,52 @@ pub fn identify(
     }
     fits.remove(1);
     assigns.remove(1);
-    let parent = (0..fits.len())
+    let mut parent = (0..fits.len())
         .min_by(|&a, &b| fits[a].bic.total_cmp(&fits[b].bic))
         .unwrap_or(0);
+    // A partial window short of the period by less than a reference sample is the box
+    // at this reference's resolution: the simpler family is kept.
+    if let Shape::Partial { window_s } = &fits[parent].shape {
+        let tiling = fits[0].window_s().map(|w| w.value) == Some(fits[0].period_s.value);
+        if tiling && fits[parent].period_s.value - window_s.value < reference.median_spacing_s() {
+            parent = 0;
+        }
+    }
+    // At least a period: a parent that fits badly (a shape none of them has) may have
+    // locked onto a part of the response.
     let reach_s = match &fits[parent].shape {
         Shape::Exponential { tau_s } => 3.0 * tau_s.value,
         _ => fits[parent].window_s().map_or(t0, |e| e.value),
     }
+    .max(t0)
     .min(MAX_WINDOW_PERIODS * t0 / 1.5);
+    // The update grid of the parent, on the better-known period: the readings' own lattice
+    // (or the period given) where it is tighter than the parent's fit, which a shape that
+    // fits badly pulls off by ppm (16 µs over 1500 updates of a 1 ms logger).
+    let period = if t_se < fits[parent].period_s.se {
+        Estimate::new(t0, t_se)
+    } else {
+        fits[parent].period_s
+    };
     let response = fit_response(
         &engine,
         &fits[parent],
+        period,
         &assigns[parent],
         &w,
         opts.response_bins,
         reach_s,
     );
     fits.push(response);
-    let best = (0..fits.len())
-        .min_by(|&a, &b| fits[a].bic.total_cmp(&fits[b].bic))
-        .unwrap_or(0);
+    // The free response only where it explains clearly more than every parametric shape.
+    let last = fits.len() - 1;
+    let best = if fits[last].bic < fits[parent].bic
+        && fits[last].rms_w < (1.0 - RESPONSE_MIN_GAIN) * fits[parent].rms_w
+    {
+        last
+    } else {
+        parent
+    };
     Ok(Identification {
         fits,
         best,

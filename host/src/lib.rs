@@ -3,6 +3,7 @@
 //! ([`import`]).
 pub mod analysis;
 pub mod capture;
+pub mod demo;
 pub mod export;
 pub mod gpu;
 pub mod import;

@@ -36,6 +36,9 @@ enum Command {
     Calibrate(cmd::calibrate::Args),
     /// Undoes the GPU logger's response in a profiling run's stitched profile.
     Correct(cmd::correct::Args),
+    /// The whole job on the twin: profile, calibrate the logger from the rig, correct, and
+    /// score it all against the twin's truth (a table, an HTML report, the exports).
+    Demo(cmd::demo::Args),
     /// The digital twin of the bench.
     Twin(cmd::twin::Args),
 }
@@ -54,6 +57,7 @@ fn main() {
         Command::Report(args) => cmd::report::run(args),
         Command::Calibrate(args) => cmd::calibrate::run(args),
         Command::Correct(args) => cmd::correct::run(args),
+        Command::Demo(args) => cmd::demo::run(args),
         Command::Twin(args) => cmd::twin::run(args),
     };
     if let Err(e) = result {

@@ -83,23 +83,33 @@ fn from_recording(path: &Path) -> anyhow::Result<(Timeline, String, String)> {
     Ok((t, format!("{device} ({})", r.meta.source), logger))
 }
 
-/// Runs `railtrace calibrate`.
-pub fn run(args: Args) -> anyhow::Result<()> {
-    let What::Logger {
-        input,
-        rig,
-        output,
-        period_ms,
-        json,
-    } = args.what;
-    let head = recording::read(&input)?;
+/// A logger identified, and its model.
+pub struct Calibrated {
+    /// Every family's fit.
+    pub ident: railtrace_calibration::logger::Identification,
+    /// The chosen family's model.
+    pub model: LoggerModel,
+    /// Reference samples used.
+    pub reference_samples: usize,
+    /// Seconds the identification took.
+    pub seconds: f64,
+}
+
+/// Identifies the logger of `input` (a profiling run with its rig capture, or a recording
+/// holding both) against the reference.
+pub fn calibrate(
+    input: &Path,
+    rig: Option<PathBuf>,
+    period_ms: Option<f64>,
+) -> anyhow::Result<Calibrated> {
+    let head = recording::read(input)?;
     let is_profile = head
         .meta
         .settings
         .as_ref()
         .is_some_and(|s| s.get("gpu_clock_hz").is_some());
     let (t, reference, logger) = if is_profile {
-        let rig = rig.unwrap_or_else(|| rig_path(&input));
+        let rig = rig.unwrap_or_else(|| rig_path(input));
         let logger = head
             .meta
             .settings
@@ -107,12 +117,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .and_then(|s| s["logger"].as_str().map(str::to_string))
             .unwrap_or_default();
         (
-            timeline(&input, &rig, &Options::default())?,
+            timeline(input, &rig, &Options::default())?,
             format!("the rig's capture {}", rig.display()),
             logger,
         )
     } else {
-        from_recording(&input)?
+        from_recording(input)?
     };
     drop(head);
     anyhow::ensure!(
@@ -132,10 +142,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let ident = identify(&reference_trace, &t.logger_t, &t.logger_w, &opts)
         .map_err(|e| anyhow::anyhow!("{}: {e}", input.display()))
         .context("the logger could not be identified")?;
-    let best = ident.best();
     let model = LoggerModel::new(
         &ident,
-        best,
+        ident.best(),
         Provenance {
             input: input.display().to_string(),
             reference,
@@ -144,16 +153,40 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             railtrace: env!("CARGO_PKG_VERSION").into(),
         },
     );
-    model.write(&output)?;
+    Ok(Calibrated {
+        ident,
+        model,
+        reference_samples: t.rig_t.len(),
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Runs `railtrace calibrate`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let What::Logger {
+        input,
+        rig,
+        output,
+        period_ms,
+        json,
+    } = args.what;
+    let c = calibrate(&input, rig, period_ms)?;
+    c.model.write(&output)?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&model)?);
+        println!("{}", serde_json::to_string_pretty(&c.model)?);
     }
+    print(&c, &output);
+    Ok(())
+}
+
+/// The identification's summary, on stderr.
+pub fn print(c: &Calibrated, output: &Path) {
+    let (ident, model) = (&c.ident, &c.model);
+    let best = ident.best();
     let ms = |s: f64| s * 1e3;
     eprintln!(
         "railtrace calibrate: {} readings against {} reference samples in {:.1} s",
-        ident.readings_used,
-        t.rig_t.len(),
-        started.elapsed().as_secs_f64()
+        ident.readings_used, c.reference_samples, c.seconds
     );
     for f in &ident.fits {
         eprintln!(
@@ -186,5 +219,4 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         model.offset_se_w,
         output.display()
     );
-    Ok(())
 }

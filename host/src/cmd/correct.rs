@@ -1,17 +1,18 @@
 //! `railtrace correct PROFILE --logger logger.toml`: the stitched logger profile with the
 //! logger's identified response undone.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
 use arrow_array::{ArrayRef, Float64Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
-use railtrace::analysis::{analyse, Options, Point};
+use railtrace::analysis::{analyse, Analysis, Options, Point};
 use railtrace::logger_model::LoggerModel;
 use railtrace::profile::rig_path;
 use railtrace_calibration::deconvolve::{
-    deconvolve, kernel, Input, LoggerKernel, Options as DeconvolveOptions, Profile, Response,
+    deconvolve, kernel, Deconvolved, Input, LoggerKernel, Options as DeconvolveOptions, Profile,
+    Response,
 };
 use railtrace_calibration::stitch::ProfileBin;
 
@@ -55,11 +56,33 @@ fn bins(points: &[Point]) -> Vec<ProfileBin> {
         .collect()
 }
 
-/// Runs `railtrace correct`.
-pub fn run(args: Args) -> anyhow::Result<()> {
-    let model = LoggerModel::read(&args.logger)?;
-    let rig = args.rig.unwrap_or_else(|| rig_path(&args.profile));
-    let dt = args.bin_us * 1e-6;
+/// A stitched logger profile corrected.
+pub struct Corrected {
+    /// The profiling run's analysis (its stitched logger and rig profiles).
+    pub analysis: Analysis,
+    /// The corrected profile.
+    pub d: Deconvolved,
+    /// The logger as the deconvolution saw it.
+    pub logger: LoggerKernel,
+    /// The idle level imposed before the kernel, W.
+    pub idle_w: f64,
+    /// The kept executions' mean duration, s.
+    pub duration_s: f64,
+    /// How far the reference lags the GPU's timeline, as the model's negative delay
+    /// says, s (0 for a delay ≥ 0).
+    pub reference_lag_s: f64,
+}
+
+/// Deconvolves the stitched logger profile of `profile` (its rig capture `rig`) with
+/// `model`, on bins `bin_s` wide.
+pub fn correct(
+    profile: &Path,
+    rig: &Path,
+    model: &LoggerModel,
+    model_path: &Path,
+    bin_s: f64,
+) -> anyhow::Result<Corrected> {
+    let dt = bin_s;
     let options = Options {
         bin_s: dt,
         // Readings hold the kernel for up to a window after it: stitch that far and more.
@@ -71,7 +94,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             * 2.5,
         ..Options::default()
     };
-    let a = analyse(&args.profile, &rig, &options)?;
+    let a = analyse(profile, rig, &options)?;
     let kept: Vec<f64> = a
         .executions
         .iter()
@@ -81,7 +104,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(
         !kept.is_empty(),
         "{}: no executions kept",
-        args.profile.display()
+        profile.display()
     );
     let duration = kept.iter().sum::<f64>() / kept.len() as f64;
     let steps = model.response_per_s.clone().unwrap_or_default();
@@ -100,18 +123,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             step_s: model.response_spacing_s.unwrap_or(dt),
             weights: &steps,
         },
-        other => anyhow::bail!("{}: unknown family {other:?}", args.logger.display()),
+        other => anyhow::bail!("{}: unknown family {other:?}", model_path.display()),
     };
-    let (fold, rest) = if model.delay_s >= 0.0 {
-        (model.delay_s, 0.0)
-    } else {
-        (0.0, model.delay_s)
-    };
-    let h = kernel(&response, dt, fold)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", args.logger.display()))?;
+    // The profile's time axis is the GPU's (each execution starts at TOI 0 by its own
+    // timestamps), the model's delay is against the reference's. A logger cannot see power
+    // before it is drawn: a negative delay is the reference lagging the GPU's timeline (a
+    // rig's input filter, its trigger path), and the correction stays on the GPU's.
+    let reference_lag_s = (-model.delay_s).max(0.0);
+    let h = kernel(&response, dt, model.delay_s.max(0.0))
+        .map_err(|e| anyhow::anyhow!("{}: {e}", model_path.display()))?;
     // The idle level: the logger's readings long after the kernel (its reach over), made
     // reference watts through the model's gain and offset.
-    let reach = duration + h.len() as f64 * dt + rest.abs();
+    let reach = duration + h.len() as f64 * dt;
     let late: Vec<f64> = a
         .logger
         .iter()
@@ -121,42 +144,80 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(
         !late.is_empty(),
         "{}: no logger readings after the kernel's reach ({:.3} ms) to tell the idle level",
-        args.profile.display(),
+        profile.display(),
         reach * 1e3
     );
     let idle = late.iter().sum::<f64>() / late.len() as f64;
-    let profile = Profile::from_bins(&bins(&a.logger))
+    let stitched = Profile::from_bins(&bins(&a.logger))
         .map_err(|e| anyhow::anyhow!("the stitched profile: {e}"))?;
+    let logger = LoggerKernel {
+        kernel: h,
+        delay_s: 0.0,
+        gain: model.gain,
+        offset_w: model.offset_w,
+    };
     let d = deconvolve(
         &Input {
-            profile,
-            logger: LoggerKernel {
-                kernel: h,
-                delay_s: rest,
-                gain: model.gain,
-                offset_w: model.offset_w,
-            },
+            profile: stitched,
+            logger: logger.clone(),
             idle_w: idle,
             duration_s: duration,
         },
         &DeconvolveOptions::default(),
     )
     .map_err(|e| anyhow::anyhow!("the deconvolution: {e}"))?;
-    // The output: one row per cell of the corrected profile.
-    let at = |points: &[Point], t: f64| {
-        points
-            .iter()
-            .find(|p| p.lo_s <= t && t < p.hi_s && p.n > 0)
-            .map_or(f64::NAN, |p| p.mean_w)
+    Ok(Corrected {
+        analysis: a,
+        d,
+        logger,
+        idle_w: idle,
+        duration_s: duration,
+        reference_lag_s,
+    })
+}
+
+/// What the logger would read of a profile `(bin start, mean power)` on a uniform grid
+/// `dt` wide: `gain·(h ∗ P)(t − delay) + offset`, with `idle_w` before the first bin and
+/// the delay rounded to whole bins.
+pub fn through_logger(
+    power: &[(f64, f64)],
+    dt: f64,
+    logger: &LoggerKernel,
+    idle_w: f64,
+) -> Vec<(f64, f64)> {
+    let shift = (logger.delay_s / dt).round() as i64;
+    let at = |k: i64| {
+        usize::try_from(k)
+            .ok()
+            .and_then(|k| power.get(k))
+            .map_or(idle_w, |p| p.1)
     };
-    let col = |v: Vec<f64>| Arc::new(Float64Array::from(v)) as ArrayRef;
-    let fields: Vec<Field> = ["t_s", "logger_w", "corrected_w", "lo_w", "hi_w", "rig_w"]
-        .iter()
-        .map(|n| Field::new(*n, DataType::Float64, true))
-        .collect();
+    (0..power.len() as i64)
+        .map(|k| {
+            let conv: f64 = (logger.kernel.iter().enumerate())
+                .map(|(j, h)| h * at(k - shift - j as i64))
+                .sum();
+            (power[k as usize].0, logger.gain * conv + logger.offset_w)
+        })
+        .collect()
+}
+
+/// Runs `railtrace correct`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let model = LoggerModel::read(&args.logger)?;
+    let rig = args.rig.unwrap_or_else(|| rig_path(&args.profile));
+    let c = correct(
+        &args.profile,
+        &rig,
+        &model,
+        &args.logger,
+        args.bin_us * 1e-6,
+    )?;
+    let (a, d, idle) = (&c.analysis, &c.d, c.idle_w);
     let figures = serde_json::json!({
-        "duration_s": duration,
+        "duration_s": c.duration_s,
         "idle_w": idle,
+        "reference_lag_s": c.reference_lag_s,
         "energy_j": d.energy_j,
         "energy_lo_j": d.energy_lo_j,
         "energy_hi_j": d.energy_hi_j,
@@ -168,28 +229,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "logger_model": args.logger.display().to_string(),
         "family": model.family,
     });
-    let schema = Arc::new(
-        Schema::new(fields).with_metadata(std::collections::HashMap::from([(
-            "railtrace.corrected".to_string(),
-            figures.to_string(),
-        )])),
-    );
-    let batch = RecordBatch::try_new(
-        schema.clone(),
-        vec![
-            col(d.t.clone()),
-            col(d.t.iter().map(|&t| at(&a.logger, t)).collect()),
-            col(d.power_w.clone()),
-            col(d.lo_w.clone()),
-            col(d.hi_w.clone()),
-            col(d.t.iter().map(|&t| at(&a.rig, t)).collect()),
-        ],
-    )?;
-    let file = std::fs::File::create(&args.output)
-        .with_context(|| format!("cannot create {}", args.output.display()))?;
-    let mut w = arrow_ipc::writer::StreamWriter::try_new(file, &schema)?;
-    w.write(&batch)?;
-    w.finish()?;
+    write(&c, &figures, &args.output)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&figures)?);
     }
@@ -208,5 +248,46 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         d.rule,
         args.output.display()
     );
+    Ok(())
+}
+
+/// Writes the corrected profile as an Arrow IPC stream, one row per cell (`t_s`,
+/// `logger_w`, `corrected_w`, `lo_w`, `hi_w`, `rig_w`), `figures` in the schema's
+/// `railtrace.corrected` metadata.
+pub fn write(c: &Corrected, figures: &serde_json::Value, output: &Path) -> anyhow::Result<()> {
+    let (a, d) = (&c.analysis, &c.d);
+    let at = |points: &[Point], t: f64| {
+        points
+            .iter()
+            .find(|p| p.lo_s <= t && t < p.hi_s && p.n > 0)
+            .map_or(f64::NAN, |p| p.mean_w)
+    };
+    let col = |v: Vec<f64>| Arc::new(Float64Array::from(v)) as ArrayRef;
+    let fields: Vec<Field> = ["t_s", "logger_w", "corrected_w", "lo_w", "hi_w", "rig_w"]
+        .iter()
+        .map(|n| Field::new(*n, DataType::Float64, true))
+        .collect();
+    let schema = Arc::new(
+        Schema::new(fields).with_metadata(std::collections::HashMap::from([(
+            "railtrace.corrected".to_string(),
+            figures.to_string(),
+        )])),
+    );
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            col(d.t.clone()),
+            col(d.t.iter().map(|&t| at(&a.logger, t)).collect()),
+            col(d.power_w.clone()),
+            col(d.lo_w.clone()),
+            col(d.hi_w.clone()),
+            col(d.t.iter().map(|&t| at(&a.rig, t)).collect()),
+        ],
+    )?;
+    let file = std::fs::File::create(output)
+        .with_context(|| format!("cannot create {}", output.display()))?;
+    let mut w = arrow_ipc::writer::StreamWriter::try_new(file, &schema)?;
+    w.write(&batch)?;
+    w.finish()?;
     Ok(())
 }

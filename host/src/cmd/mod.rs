@@ -2,6 +2,7 @@
 pub mod calibrate;
 pub mod capture;
 pub mod correct;
+pub mod demo;
 pub mod devices;
 pub mod export;
 pub mod import;

@@ -80,6 +80,9 @@ pub struct Args {
     /// Seed of the runner's random delays.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// The rig's sample rate, Hz; the device's highest when not given.
+    #[arg(long)]
+    rate: Option<u32>,
 }
 
 /// Runs `railtrace profile`.
@@ -130,7 +133,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let twin = railtrace_twin::Twin::start(&loaded).context("the twin did not start")?;
             let gpu = TwinGpu::new(&twin);
             let result = profile(
-                &args,
+                &run_of(&args),
                 &plan,
                 twin.path(),
                 &mut gpu.runner(args.seed),
@@ -149,7 +152,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let mut runner = railtrace::gpu::rocm::RocmRunner::open(args.device)?;
             let mut logger = open_logger(&args)?;
             let mut trigger = open_trigger(&args)?;
-            profile(&args, &plan, port, &mut runner, &mut *logger, &mut *trigger)
+            profile(
+                &run_of(&args),
+                &plan,
+                port,
+                &mut runner,
+                &mut *logger,
+                &mut *trigger,
+            )
         }
         other => anyhow::bail!(
             "--gpu {other}: this railtrace drives {} (build with --features rocm for AMD GPUs)",
@@ -202,10 +212,32 @@ fn open_trigger(args: &Args) -> anyhow::Result<Box<dyn TriggerOut>> {
     })
 }
 
+/// Where a profiling run goes and how the rig captures it.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// The profile recording (the rig's capture beside it).
+    pub output: PathBuf,
+    /// The rig's sample rate, Hz (the device's highest when not given).
+    pub rate_hz: Option<u32>,
+    /// The twin's scenario file, if one was given.
+    pub scenario: Option<PathBuf>,
+    /// The keep-running target, for the summary line.
+    pub target_error: Option<(f64, f64)>,
+}
+
+fn run_of(args: &Args) -> Run {
+    Run {
+        output: args.output.clone(),
+        rate_hz: args.rate,
+        scenario: args.scenario.clone(),
+        target_error: args.target_error.map(|e| (e, args.confidence)),
+    }
+}
+
 /// A profiling run: the rig captured from `port` in the background, `plan` run on
-/// `runner` meanwhile.
-fn profile(
-    args: &Args,
+/// `runner` meanwhile, with a progress bar; prints a summary line.
+pub fn profile(
+    args: &Run,
     plan: &Plan,
     port: &std::path::Path,
     runner: &mut dyn GpuRunner,
@@ -217,7 +249,7 @@ fn profile(
         port: port.to_path_buf(),
         output: rig_out.clone(),
         rig: None,
-        rate_hz: None,
+        rate_hz: args.rate_hz,
         channels: None,
         averaging: 1,
         duration: None,
@@ -267,11 +299,11 @@ fn profile(
         .map_err(|_| anyhow::anyhow!("the rig's capture panicked"))?;
     let acquired = acquired?;
     let rig_summary = rig_summary.context("the rig's capture failed")?;
-    if let Some(e) = args.target_error {
+    if let Some((e, confidence)) = args.target_error {
         eprintln!(
             "railtrace profile: target {:.2} % at {:.0} % confidence {} after {} runs (planner's estimate: {})",
             e * 100.0,
-            args.confidence * 100.0,
+            confidence * 100.0,
             if acquired.reached { "reached" } else { "NOT reached" },
             acquired.runs,
             acquired.planned_runs.map_or("none".to_string(), |p| p.to_string())

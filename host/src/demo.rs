@@ -1,0 +1,453 @@
+//! `railtrace demo`'s scoring: a profiling run on the twin held against the twin's truth
+//! (its true GPU power and true executions, written by the twin beside the run), and the
+//! report's picture.
+//!
+//! Every profile is scored the same way, on the time of interest (TOI, s since each
+//! execution's start):
+//! - **each phase's power**: the profile's mean over the phase's true span (the mean over
+//!   the kept executions of each phase boundary's TOI), cells weighted by their overlap;
+//! - **the time of a step** between two phases: where the profile, linearly interpolated
+//!   between cell centres, crosses the midpoint of its own two levels (each the median of
+//!   its cells in the middle half of the phase) in the direction the truth steps, searched
+//!   from the middle of one phase to the middle of the next; none if it never does;
+//! - **RMS error**: against the truth stitched on the same cells (the mean over the kept
+//!   executions of the true power over each cell), over the TOI span given.
+
+use std::path::Path;
+
+use anyhow::{anyhow, Context};
+use arrow_array::{Array, Float64Array, ListArray, RecordBatch};
+use plotters::prelude::*;
+
+/// The twin's true GPU power and executions.
+#[derive(Debug, Clone)]
+pub struct Truth {
+    /// Power segments `(start, end, W)`, in time order, true s.
+    segments: Vec<(f64, f64, f64)>,
+    /// Energy before each segment, J.
+    before: Vec<f64>,
+    /// Every execution, in order.
+    pub executions: Vec<TrueExecution>,
+}
+
+/// One true execution.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrueExecution {
+    /// Start, true s.
+    pub start_s: f64,
+    /// End, true s.
+    pub end_s: f64,
+    /// Phase boundaries (the first is the start, the last the end), true s.
+    pub bounds_s: Vec<f64>,
+    /// Its energy, J.
+    pub energy_j: f64,
+}
+
+fn batches(path: &Path) -> anyhow::Result<Vec<RecordBatch>> {
+    let file =
+        std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    arrow_ipc::reader::StreamReader::try_new(file, None)
+        .and_then(|r| r.collect::<Result<Vec<_>, _>>())
+        .with_context(|| format!("{}: not a readable Arrow stream", path.display()))
+}
+
+fn f64s<'a>(b: &'a RecordBatch, name: &str, path: &Path) -> anyhow::Result<&'a Float64Array> {
+    b.column_by_name(name)
+        .and_then(|c| c.as_any().downcast_ref::<Float64Array>())
+        .ok_or_else(|| anyhow!("{}: no Float64 column {name:?}", path.display()))
+}
+
+impl Truth {
+    /// Reads `gpu_power.arrow` and `executions.arrow` from the twin's truth directory.
+    pub fn read(dir: &Path) -> anyhow::Result<Truth> {
+        let path = dir.join("gpu_power.arrow");
+        let mut segments = Vec::new();
+        for b in batches(&path)? {
+            let (s, e, p) = (
+                f64s(&b, "start_s", &path)?,
+                f64s(&b, "end_s", &path)?,
+                f64s(&b, "power_w", &path)?,
+            );
+            segments.extend((0..b.num_rows()).map(|i| (s.value(i), e.value(i), p.value(i))));
+        }
+        segments.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut before = Vec::with_capacity(segments.len());
+        let mut e = 0.0;
+        for &(a, b, p) in &segments {
+            before.push(e);
+            e += p * (b - a);
+        }
+        let path = dir.join("executions.arrow");
+        let mut executions = Vec::new();
+        for b in batches(&path)? {
+            let (s, e, en) = (
+                f64s(&b, "start_s", &path)?,
+                f64s(&b, "end_s", &path)?,
+                f64s(&b, "energy_j", &path)?,
+            );
+            let bounds = b
+                .column_by_name("phase_bounds_s")
+                .and_then(|c| c.as_any().downcast_ref::<ListArray>())
+                .ok_or_else(|| anyhow!("{}: no list column \"phase_bounds_s\"", path.display()))?;
+            for i in 0..b.num_rows() {
+                let v = bounds.value(i);
+                let v = v
+                    .as_any()
+                    .downcast_ref::<Float64Array>()
+                    .ok_or_else(|| anyhow!("{}: phase_bounds_s is not Float64", path.display()))?;
+                executions.push(TrueExecution {
+                    start_s: s.value(i),
+                    end_s: e.value(i),
+                    bounds_s: v.values().to_vec(),
+                    energy_j: en.value(i),
+                });
+            }
+        }
+        Ok(Truth {
+            segments,
+            before,
+            executions,
+        })
+    }
+
+    /// True energy from the first segment's start to `t`, J.
+    fn energy_to(&self, t: f64) -> f64 {
+        let i = self.segments.partition_point(|s| s.0 <= t);
+        if i == 0 {
+            return 0.0;
+        }
+        let (a, b, p) = self.segments[i - 1];
+        self.before[i - 1] + p * (t.min(b) - a)
+    }
+
+    /// True mean power over `[a, b]`, W.
+    pub fn mean(&self, a: f64, b: f64) -> f64 {
+        (self.energy_to(b) - self.energy_to(a)) / (b - a)
+    }
+}
+
+/// A profile on the TOI axis: cells `[lo, hi)` and their power, W (NaN: no data).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Cell {
+    /// Start, s.
+    pub lo: f64,
+    /// End, s.
+    pub hi: f64,
+    /// Power, W.
+    pub w: f64,
+}
+
+/// The truth stitched on a set of executions.
+#[derive(Debug, Clone)]
+pub struct Stitched<'a> {
+    truth: &'a Truth,
+    execs: Vec<&'a TrueExecution>,
+    /// Each phase boundary's mean TOI, s (the first 0, the last the mean duration).
+    pub bounds_s: Vec<f64>,
+    /// Each phase's mean power, W.
+    pub phase_w: Vec<f64>,
+    /// Mean energy per execution, J.
+    pub energy_j: f64,
+}
+
+impl<'a> Stitched<'a> {
+    /// The truth over `execs` (at least one, all with the same number of phases).
+    pub fn new(truth: &'a Truth, execs: Vec<&'a TrueExecution>) -> anyhow::Result<Stitched<'a>> {
+        let first = execs
+            .first()
+            .ok_or_else(|| anyhow!("no executions to score"))?;
+        let phases = first.bounds_s.len().saturating_sub(1);
+        anyhow::ensure!(phases >= 1, "the truth's executions have no phases");
+        anyhow::ensure!(
+            execs.iter().all(|e| e.bounds_s.len() == phases + 1),
+            "the executions' phase counts differ"
+        );
+        let n = execs.len() as f64;
+        let bounds_s = (0..=phases)
+            .map(|j| execs.iter().map(|e| e.bounds_s[j] - e.start_s).sum::<f64>() / n)
+            .collect();
+        let phase_w = (0..phases)
+            .map(|j| {
+                execs
+                    .iter()
+                    .map(|e| truth.mean(e.bounds_s[j], e.bounds_s[j + 1]))
+                    .sum::<f64>()
+                    / n
+            })
+            .collect();
+        let energy_j = execs.iter().map(|e| e.energy_j).sum::<f64>() / n;
+        Ok(Stitched {
+            truth,
+            execs,
+            bounds_s,
+            phase_w,
+            energy_j,
+        })
+    }
+
+    /// The true power stitched on `[lo, hi)` TOI: its mean over the executions, W.
+    pub fn mean(&self, lo: f64, hi: f64) -> f64 {
+        self.execs
+            .iter()
+            .map(|e| self.truth.mean(e.start_s + lo, e.start_s + hi))
+            .sum::<f64>()
+            / self.execs.len() as f64
+    }
+
+    /// The truth on cells `dt` wide from `lo` to `hi`.
+    pub fn cells(&self, lo: f64, hi: f64, dt: f64) -> Vec<Cell> {
+        let n = ((hi - lo) / dt).ceil().max(0.0) as usize;
+        (0..n)
+            .map(|i| {
+                let a = lo + i as f64 * dt;
+                Cell {
+                    lo: a,
+                    hi: a + dt,
+                    w: self.mean(a, a + dt),
+                }
+            })
+            .collect()
+    }
+
+    /// Scores `cells` (whose energy per execution is `energy_j`) against this truth, the
+    /// RMS error over cells centred in `rms_span`.
+    pub fn score(&self, cells: &[Cell], energy_j: f64, rms_span: (f64, f64)) -> Score {
+        let b = &self.bounds_s;
+        let phase_w: Vec<f64> = b.windows(2).map(|p| mean_over(cells, p[0], p[1])).collect();
+        let level = |j: usize| {
+            let q = 0.25 * (b[j + 1] - b[j]);
+            let mut v: Vec<f64> = cells
+                .iter()
+                .filter(|c| {
+                    let m = 0.5 * (c.lo + c.hi);
+                    m > b[j] + q && m < b[j + 1] - q && c.w.is_finite()
+                })
+                .map(|c| c.w)
+                .collect();
+            v.sort_by(f64::total_cmp);
+            if v.is_empty() {
+                f64::NAN
+            } else if v.len() % 2 == 1 {
+                v[v.len() / 2]
+            } else {
+                0.5 * (v[v.len() / 2 - 1] + v[v.len() / 2])
+            }
+        };
+        let step_s = (1..b.len() - 1)
+            .map(|j| {
+                let (l0, l1) = (level(j - 1), level(j));
+                let down = self.phase_w[j] < self.phase_w[j - 1];
+                if !(l0.is_finite() && l1.is_finite()) || (l1 < l0) != down {
+                    return None;
+                }
+                let mid = 0.5 * (l0 + l1);
+                let (from, to) = (0.5 * (b[j - 1] + b[j]), 0.5 * (b[j] + b[j + 1]));
+                let pts: Vec<(f64, f64)> = cells
+                    .iter()
+                    .map(|c| (0.5 * (c.lo + c.hi), c.w))
+                    .filter(|&(t, w)| t >= from && t <= to && w.is_finite())
+                    .collect();
+                pts.windows(2).find_map(|p| {
+                    let ((t0, w0), (t1, w1)) = (p[0], p[1]);
+                    let crosses = if down {
+                        w0 >= mid && w1 < mid
+                    } else {
+                        w0 <= mid && w1 > mid
+                    };
+                    crosses.then(|| t0 + (t1 - t0) * (w0 - mid) / (w0 - w1))
+                })
+            })
+            .collect();
+        let (mut sq, mut n) = (0.0, 0usize);
+        for c in cells {
+            let m = 0.5 * (c.lo + c.hi);
+            if m >= rms_span.0 && m < rms_span.1 && c.w.is_finite() {
+                sq += (c.w - self.mean(c.lo, c.hi)).powi(2);
+                n += 1;
+            }
+        }
+        Score {
+            phase_w,
+            step_s,
+            energy_j,
+            rms_w: if n > 0 {
+                (sq / n as f64).sqrt()
+            } else {
+                f64::NAN
+            },
+        }
+    }
+}
+
+/// A profile's mean over `[a, b]`, cells weighted by their overlap (cells without data
+/// left out).
+pub fn mean_over(cells: &[Cell], a: f64, b: f64) -> f64 {
+    let (mut e, mut t) = (0.0, 0.0);
+    for c in cells.iter().filter(|c| c.w.is_finite()) {
+        let o = c.hi.min(b) - c.lo.max(a);
+        if o > 0.0 {
+            e += c.w * o;
+            t += o;
+        }
+    }
+    e / t
+}
+
+/// A profile's figures against the truth.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Score {
+    /// Each phase's power, W.
+    pub phase_w: Vec<f64>,
+    /// Each step's TOI, s (none where the profile shows no step).
+    pub step_s: Vec<Option<f64>>,
+    /// Energy per execution, J.
+    pub energy_j: f64,
+    /// RMS error against the stitched truth, W.
+    pub rms_w: f64,
+}
+
+/// One curve of the demo's picture.
+#[derive(Debug, Clone)]
+pub struct Curve<'a> {
+    /// Its name in the legend.
+    pub name: &'a str,
+    /// Its colour.
+    pub colour: RGBColor,
+    /// Drawn dashed.
+    pub dashed: bool,
+    /// Its cells.
+    pub cells: &'a [Cell],
+}
+
+/// The demo's picture, as SVG (returned as text) or PNG by `out`'s extension, written to
+/// `out`: the curves over the whole TOI span `wide`, and again over `zoom`, with the
+/// corrected profile's band (cells of `(lo, hi)` W) shaded.
+pub fn picture(
+    out: &Path,
+    title: &str,
+    curves: &[Curve<'_>],
+    band: &[(Cell, Cell)],
+    wide: (f64, f64),
+    zoom: (f64, f64),
+) -> anyhow::Result<Option<String>> {
+    crate::plot::register_font()?;
+    let size = (1400, 1100);
+    match crate::plot::Format::of(out)? {
+        crate::plot::Format::Svg => {
+            let mut text = String::new();
+            draw(
+                SVGBackend::with_string(&mut text, size).into_drawing_area(),
+                title,
+                curves,
+                band,
+                wide,
+                zoom,
+            )
+            .map_err(|e| anyhow!("{}: {e}", out.display()))?;
+            std::fs::write(out, &text)
+                .with_context(|| format!("cannot write {}", out.display()))?;
+            Ok(Some(text))
+        }
+        crate::plot::Format::Png => {
+            std::fs::File::create(out).map_err(|e| anyhow!("{}: {e}", out.display()))?;
+            draw(
+                BitMapBackend::new(out, size).into_drawing_area(),
+                title,
+                curves,
+                band,
+                wide,
+                zoom,
+            )
+            .map_err(|e| anyhow!("{}: {e}", out.display()))?;
+            Ok(None)
+        }
+    }
+}
+
+fn draw<DB: DrawingBackend>(
+    root: DrawingArea<DB, plotters::coord::Shift>,
+    title: &str,
+    curves: &[Curve<'_>],
+    band: &[(Cell, Cell)],
+    wide: (f64, f64),
+    zoom: (f64, f64),
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    root.fill(&WHITE)?;
+    let root = root.titled(title, ("sans-serif", 26))?;
+    let panels = root.split_evenly((2, 1));
+    for (area, (span, caption)) in panels.iter().zip([
+        (wide, "the kernel and the logger's reach"),
+        (zoom, "the kernel"),
+    ]) {
+        panel(area, curves, band, span, caption)?;
+    }
+    root.present()
+}
+
+fn panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    curves: &[Curve<'_>],
+    band: &[(Cell, Cell)],
+    span: (f64, f64),
+    caption: &str,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    let us = |t: f64| t * 1e6;
+    let inside = |c: &Cell| c.hi > span.0 && c.lo < span.1 && c.w.is_finite();
+    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+    for c in curves
+        .iter()
+        .flat_map(|c| c.cells.iter())
+        .filter(|c| inside(c))
+    {
+        lo = lo.min(c.w);
+        hi = hi.max(c.w);
+    }
+    if !(lo.is_finite() && hi > lo) {
+        (lo, hi) = (0.0, 1.0);
+    }
+    let pad = 0.06 * (hi - lo);
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 20))
+        .margin(16)
+        .x_label_area_size(46)
+        .y_label_area_size(70)
+        .build_cartesian_2d(us(span.0)..us(span.1), (lo - pad)..(hi + 2.5 * pad))?;
+    chart
+        .configure_mesh()
+        .x_desc("time since the execution's start, µs")
+        .y_desc("power, W")
+        .light_line_style(RGBColor(0xee, 0xee, 0xee))
+        .label_style(("sans-serif", 15))
+        .axis_desc_style(("sans-serif", 16))
+        .draw()?;
+    let shade = RGBColor(0xf4, 0xc7, 0xc3);
+    chart.draw_series(
+        band.iter()
+            .filter(|(l, _)| inside(l))
+            .map(|(l, h)| Rectangle::new([(us(l.lo), l.w), (us(l.hi), h.w)], shade.filled())),
+    )?;
+    for c in curves {
+        // A step line through the cells' levels.
+        let mut pts = Vec::new();
+        for cell in c.cells.iter().filter(|c| inside(c)) {
+            pts.push((us(cell.lo.max(span.0)), cell.w));
+            pts.push((us(cell.hi.min(span.1)), cell.w));
+        }
+        let style = c.colour.stroke_width(2);
+        let drawn = if c.dashed {
+            chart.draw_series(DashedLineSeries::new(pts, 6, 4, style))?
+        } else {
+            chart.draw_series(LineSeries::new(pts, style))?
+        };
+        drawn
+            .label(c.name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], style));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(0xcc, 0xcc, 0xcc))
+        .label_font(("sans-serif", 15))
+        .draw()
+}
