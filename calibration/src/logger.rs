@@ -51,7 +51,8 @@
 //!    `3τ`, at least `T`), solves for non-negative weights by Lawson–Hanson [`nnls_gram`] (offset
 //!    free) with the bins' origin tried at eight offsets over one bin (the lowest residual
 //!    kept, so that the delay is not tied to the bin grid), and trims the leading bins
-//!    into the delay up to the first whose weight is beyond two standard errors.
+//!    into the delay up to the first whose weight is beyond two standard errors and a
+//!    tenth of the peak bin's.
 //!
 //! The delay is an interval: every `d` in `(delay_min_s, delay_s]` gives the same readings.
 //! [`FamilyFit::delay_s`] is its upper end, the smallest lag at which any reading showed
@@ -1528,7 +1529,15 @@ fn fit_response(
     let n = w.len();
     let t = period.value;
     let u0 = parent.phase_s.value - reference.origin_s;
-    let d = parent.delay_s.value;
+    // The delay on this grid: the smallest lag from an update to a reading showing it
+    // (the parent's, measured on its own period, is off by the periods' difference times
+    // the updates from the middle to the reading that set it).
+    let d = engine
+        .s
+        .iter()
+        .zip(assign)
+        .map(|(&s, &k)| s - (u0 + k as f64 * t))
+        .fold(f64::INFINITY, f64::min);
     // Bins reach back from the anchor `u + max(d, 0)`: the later of the parent's update
     // instant and the reading's visibility (a negative delay is a timeline offset).
     let dplus = d.max(0.0);
@@ -1621,13 +1630,16 @@ fn fit_response(
             .sqrt()
     };
     // The response starts at its first bin that is significantly non-zero (two standard
-    // errors): NNLS leaves small positive weights in leading bins from noise and from the
-    // reference's own filter, which would otherwise set the delay. Those are held at zero
-    // and the weights solved again.
+    // errors) and holds at least a tenth of the peak bin's weight (the onset, as a rise
+    // time is read): NNLS leaves small positive weights in leading bins from noise, from
+    // the reference's input filter and from its linear interpolation, which spreads a
+    // step over the sample interval before it. Those are held at zero and the weights
+    // solved again.
+    let peak = best.2.iter().copied().fold(0.0, f64::max);
     let first = active
         .iter()
         .enumerate()
-        .find(|&(a, &i)| best.2[i] > 2.0 * sd(&cov, active.len() + 1, a))
+        .find(|&(a, &i)| best.2[i] > 2.0 * sd(&cov, active.len() + 1, a) && best.2[i] >= 0.1 * peak)
         .map_or(0, |(_, &i)| i);
     let (sigma, design, coef, offset, pred_u, rss) = if active.first().is_some_and(|&f| f < first) {
         solve(best.0, first)
