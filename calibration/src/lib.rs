@@ -20,6 +20,15 @@
 //!   (total variation, power ≥ 0, the idle level before the kernel, λ by a discrepancy
 //!   test), with a bootstrap band and the energy per execution.
 //!
+//! Issue 8 (power and execution-time models):
+//!
+//! - [`power`]: a utilization model `P_static + Σ c_m·u_m·f·V²` and a DVFS model with a
+//!   temperature-dependent leakage, both by non-negative least squares, the execution
+//!   time's cycles as an exact max-affine (convex piecewise-linear) fit in frequency,
+//!   and error metrics.
+//! - [`steps`]: the least-squares step in a window of a reference trace, timed at its
+//!   half-way point (DVFS switching latency).
+//!
 //! All times are in s, powers in W, energies in J. See `README.md` for the assumptions
 //! behind each function.
 
@@ -30,7 +39,9 @@ pub mod binning;
 pub mod deconvolve;
 pub mod logger;
 pub mod plan;
+pub mod power;
 pub mod stats;
+pub mod steps;
 pub mod stitch;
 
 use std::fmt;
