@@ -207,6 +207,8 @@ pub(crate) struct GpuSide {
     pub(crate) driven: Vec<(bool, f64)>,
     /// (its stamp, power).
     pub(crate) logger: Vec<(LoggerStamp, f64)>,
+    /// DVFS requests: (level, host s before, host s after).
+    pub(crate) dvfs: Vec<(String, f64, f64)>,
 }
 
 /// A logger reading's timestamp.
@@ -393,6 +395,11 @@ fn gpu_side(r: &Recording) -> Result<GpuSide, AnalysisError> {
                     let mid = send.value(i) + (recv.value(i) - send.value(i)) / 2;
                     g.driven.push((rising.value(i), s(mid)));
                 }
+                Kind::DvfsRequest => g.dvfs.push((
+                    rows.text().value(i).to_string(),
+                    s(send.value(i)),
+                    s(recv.value(i)),
+                )),
                 Kind::Logger => {
                     let w = rows.f64("logger_w").value(i);
                     let own = Rows::get(rows.f64("own_s"), i);
@@ -606,6 +613,42 @@ pub fn analyse(
         settling_tau_s: settling.map(|s| s.tau_s),
         settle_s,
         options: o.clone(),
+    })
+}
+
+/// A DVFS run (`railtrace dvfs latency`): the host's requests and the rig's samples on the
+/// host's timeline (s since the run's epoch), through the device link.
+#[derive(Debug, Clone)]
+pub struct DvfsTimeline {
+    /// Each request: the level, and the host's clock just before and after it, s.
+    pub requests: Vec<(String, f64, f64)>,
+    /// The rig's sample times, s.
+    pub rig_t: Vec<f64>,
+    /// The rig's total power, W.
+    pub rig_w: Vec<f64>,
+    /// The device → host link.
+    pub device: Link,
+}
+
+/// The requests of a DVFS run and its rig capture on one timeline.
+pub fn dvfs_timeline(
+    run_path: &Path,
+    rig_path: &Path,
+    o: &Options,
+) -> Result<DvfsTimeline, AnalysisError> {
+    let g = gpu_side(&recording::read(run_path)?)?;
+    let rig = rig_side(&recording::read(rig_path)?, g.line, g.epoch_ns)?;
+    let device = device_link(&g, &rig, o)?;
+    let (rig_t, rig_w) = rig
+        .samples
+        .iter()
+        .map(|&(d, w)| (device.map.apply(d), f64::from(w)))
+        .unzip();
+    Ok(DvfsTimeline {
+        requests: g.dvfs,
+        rig_t,
+        rig_w,
+        device: link(&device),
     })
 }
 

@@ -4,6 +4,7 @@
 pub mod analysis;
 pub mod capture;
 pub mod demo;
+pub mod dvfs;
 pub mod export;
 pub mod gpu;
 pub mod import;

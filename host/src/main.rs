@@ -39,6 +39,8 @@ enum Command {
     /// The whole job on the twin: profile, calibrate the logger from the rig, correct, and
     /// score it all against the twin's truth (a table, an HTML report, the exports).
     Demo(cmd::demo::Args),
+    /// DVFS measurements: the switching latency from the host's request to the rig.
+    Dvfs(cmd::dvfs::Args),
     /// The digital twin of the bench.
     Twin(cmd::twin::Args),
 }
@@ -58,6 +60,7 @@ fn main() {
         Command::Calibrate(args) => cmd::calibrate::run(args),
         Command::Correct(args) => cmd::correct::run(args),
         Command::Demo(args) => cmd::demo::run(args),
+        Command::Dvfs(args) => cmd::dvfs::run(args),
         Command::Twin(args) => cmd::twin::run(args),
     };
     if let Err(e) = result {

@@ -38,7 +38,11 @@ use serde::{Deserialize, Serialize};
 /// The value of the metadata key `railtrace.format`.
 pub const FORMAT: &str = "railtrace-recording";
 /// The format version this code writes and reads.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
+
+/// The oldest format version this railtrace reads (version 2 lacks only the
+/// `dvfs_request` kind).
+pub const OLDEST_READABLE: u32 = 2;
 /// A record batch is written at least this often.
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(500);
 /// ... or when it has this many rows.
@@ -69,10 +73,13 @@ pub enum Kind {
     ClockRead,
     /// A trigger edge the host drove, bracketed by host clock reads.
     Driven,
+    /// A DVFS level the host requested (its name in `text`), bracketed by host clock
+    /// reads.
+    DvfsRequest,
 }
 
 /// Number of kinds.
-pub const KINDS: usize = 11;
+pub const KINDS: usize = 12;
 
 impl Kind {
     /// Every kind, in the order of the `kind` column's dictionary.
@@ -88,6 +95,7 @@ impl Kind {
         Kind::Execution,
         Kind::ClockRead,
         Kind::Driven,
+        Kind::DvfsRequest,
     ];
 
     /// The name in the `kind` column.
@@ -104,6 +112,7 @@ impl Kind {
             Kind::Execution => "execution",
             Kind::ClockRead => "clock_read",
             Kind::Driven => "driven",
+            Kind::DvfsRequest => "dvfs_request",
         }
     }
 
@@ -158,12 +167,14 @@ pub enum RecordingError {
         why: String,
     },
     /// A recording of another format version.
-    #[error("{path}: recording format version {found}; this railtrace reads version {supported}")]
+    #[error("{path}: recording format version {found}; this railtrace reads versions {oldest} to {supported}")]
     Version {
         /// The file.
         path: PathBuf,
         /// The file's version.
         found: u32,
+        /// The oldest we read.
+        oldest: u32,
         /// Ours.
         supported: u32,
     },
@@ -346,6 +357,17 @@ pub enum Event {
         /// Rising or falling.
         rising: bool,
         /// Host time before setting the line, ns since the Unix epoch.
+        host_before_ns: i64,
+        /// Host time after, ns since the Unix epoch.
+        host_after_ns: i64,
+    },
+    /// A DVFS level the host asked for.
+    DvfsRequest {
+        /// When, on the recording's timeline, s (the brackets' midpoint).
+        time_s: f64,
+        /// The level's name.
+        level: String,
+        /// Host time before the request, ns since the Unix epoch.
         host_before_ns: i64,
         /// Host time after, ns since the Unix epoch.
         host_after_ns: i64,
@@ -740,6 +762,17 @@ impl Writer {
                 c.host_send_ns.at(r).append_value(*host_before_ns);
                 c.host_recv_ns.at(r).append_value(*host_after_ns);
             }
+            Event::DvfsRequest {
+                time_s,
+                level,
+                host_before_ns,
+                host_after_ns,
+            } => {
+                let r = c.begin(Kind::DvfsRequest, *time_s);
+                c.text.at(r).append_value(level);
+                c.host_send_ns.at(r).append_value(*host_before_ns);
+                c.host_recv_ns.at(r).append_value(*host_after_ns);
+            }
             Event::Text { kind, time_s, text } => {
                 let r = c.begin(*kind, *time_s);
                 c.text.at(r).append_value(text);
@@ -978,10 +1011,11 @@ fn check_schema(path: &Path, schema: &Schema) -> Result<Meta, RecordingError> {
         .ok()
         .and_then(|v| v.get("version")?.as_u64())
         .unwrap_or(0);
-    if version != u64::from(FORMAT_VERSION) {
+    if !(u64::from(OLDEST_READABLE)..=u64::from(FORMAT_VERSION)).contains(&version) {
         return Err(RecordingError::Version {
             path: path.to_path_buf(),
             found: version as u32,
+            oldest: OLDEST_READABLE,
             supported: FORMAT_VERSION,
         });
     }

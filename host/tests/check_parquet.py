@@ -36,7 +36,7 @@ TAIL = [
     ("own_s", pa.float64(), "s"),
 ]
 KINDS = {"sample", "gap", "edge", "time_sync", "logger", "status", "info", "log",
-         "execution", "clock_read", "driven"}
+         "execution", "clock_read", "driven", "dvfs_request"}
 
 
 def expected_columns(meta):
@@ -66,7 +66,7 @@ def main(argv):
     md = schema.metadata or {}
     assert b"railtrace" in md, f"no railtrace key in the schema metadata: {list(md)}"
     meta = json.loads(md[b"railtrace"])
-    assert meta["version"] == 2, meta["version"]
+    assert meta["version"] == 3, meta["version"]
     for key in (b"railtrace", b"railtrace.format", b"railtrace.export"):
         assert key in pf.metadata.metadata, f"{key} not in the Parquet key-value metadata"
 

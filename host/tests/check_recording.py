@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 KINDS = {"sample", "gap", "edge", "time_sync", "logger", "status", "info", "log",
-         "execution", "clock_read", "driven"}
+         "execution", "clock_read", "driven", "dvfs_request"}
 
 
 def main(argv):
@@ -28,7 +28,7 @@ def main(argv):
     table = ipc.open_stream(path).read_all()
     meta = json.loads(table.schema.metadata[b"railtrace"])
     assert table.schema.metadata[b"railtrace.format"] == b"railtrace-recording"
-    assert meta["version"] == 2, meta
+    assert meta["version"] == 3, meta
     for rail in meta["rails"]:
         for suffix, unit in (("_v", b"V"), ("_a", b"A"), ("_w", b"W")):
             f = table.schema.field(rail + suffix)

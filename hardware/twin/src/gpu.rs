@@ -7,10 +7,11 @@
 //!
 //! # The model
 //!
-//! All times are the twin's true time in s, powers in W.
+//! All times are the twin's true time in s, powers in W, temperatures in °C.
 //!
 //! - **Idle.** Between executions the GPU draws `idle_power_w` (launch overheads, random
-//!   delays, idle steps, back-to-back gaps).
+//!   delays, idle steps, back-to-back gaps); with a power model, the model's power at
+//!   `idle_util` (below).
 //! - **Workload.** [`WorkloadConfig::steps`] is repeated forever. A
 //!   [`Step::Launch`] first waits a delay drawn uniformly in `[min_delay_s, max_delay_s]`
 //!   (FinGraV's random delay, which makes the logger's samples land at every offset into
@@ -20,7 +21,7 @@
 //!   in turn; phase `j` lasts
 //!   `duration_s[j] * dvfs_time_factor(L, j) * time_factor(k)` and draws
 //!   `idle_power_w + (power_w[j] - idle_power_w) * power_scale(L) * power_factor(k)`
-//!   (clamped at 0 W).
+//!   (clamped at 0 W), or the power model's value (below).
 //! - **DVFS.** `power_scale(L)` multiplies the dynamic power (above idle). The time
 //!   scale `s = time_scale(L)` applies to the *compute-bound share* of a phase,
 //!   `c = compute / (compute + memory)` from its utilisation (1 when both are 0), so
@@ -39,6 +40,73 @@
 //!   to the start of this one, evaluated once per execution. The first executions draw
 //!   `sse_to_ssp_ratio` times the settled (SSP) dynamic power; the train then settles
 //!   with time constant `tau_s`. Every train starts unsettled again.
+//!
+//! ## The power model (`[gpu.power_model]`, optional)
+//!
+//! With [`GpuConfig::power_model`], the power of every piece of the timeline follows from
+//! its utilisation `u` (the phase's `util`, or `idle_util` while idle), the DVFS level in
+//! effect (`f`, `V`) and the die temperature `T` at the piece's start:
+//!
+//! ```text
+//! P = static_w
+//!   + k_clock · f · V²
+//!   + power_factor · Σ_m k_m · u_m · f · V²                  m ∈ {compute, memory, other}
+//!   + leak_w · (V / V0) · exp(leak_per_c · (T − t_ref_c))
+//!
+//! k_m = {compute_w, memory_w, other_w}[m] / (f0 · V0²),   k_clock = clock_w / (f0 · V0²)
+//! ```
+//!
+//! `f0`, `V0` are the first DVFS level's (at least one is then required), so `compute_w`,
+//! `memory_w`, `other_w` are the dynamic powers at utilisation 1 and `clock_w` the
+//! load-independent dynamic power (clock tree, always-on logic) at the reference level,
+//! and `leak_w` is the leakage at `V0` and `t_ref_c`. `power_factor` is the execution's
+//! settling factor above (1 while idle); it multiplies only the load-dependent dynamic
+//! term. The phases' `power_w`, `gpu.idle_power_w` and the levels' `power_scale` are then
+//! refused; `time_scale` still sets the durations. Without a thermal model `T = t_ref_c`.
+//! Without `[gpu.power_model]` every power is computed exactly as above, unchanged.
+//!
+//! ## The thermal model (`[gpu.thermal]`, optional)
+//!
+//! `tau_s · dT/dt = ambient_c + r_c_per_w · P − T`, from `T(0) = initial_c` (default
+//! `ambient_c`). The timeline is piecewise constant, so `T` is advanced exactly over each
+//! segment at that segment's power, `T ← T∞ + (T − T∞) · exp(−Δt / tau_s)` with
+//! `T∞ = ambient_c + r_c_per_w · P`, and the leakage of a segment is evaluated at the
+//! temperature at its start. Idle stretches and phases longer than `max_step_s` (default
+//! 1 ms) are cut into pieces of at most that length, so that `T` and the leakage follow;
+//! the leakage held over a piece instead of following `T` within it costs at most
+//! `r_c_per_w · L' · |dT/dt| · max_step_s / (1 − r_c_per_w · L')` in `T`, with `L'` the
+//! largest slope of the leakage in `T` (W/°C). The thermal model needs no power model:
+//! with the phases' `power_w` it only records the temperature. Each [`Segment`] comes
+//! with its [`SegmentState`] (level, frequency, voltage, temperature at its start) from
+//! [`Gpu::next_segment_with_state`].
+//!
+//! ## DVFS switching
+//!
+//! The GPU has a *current* level, the first one at true time 0. A switch asked for at
+//! `t` takes effect at `t + dvfs_switch_latency_s` (default 0), or later in two cases:
+//! never before a switch asked for earlier, and never inside the part of the timeline
+//! already generated (the switch then lands at its end). The timeline is generated one
+//! piece at a time, as it is consumed: a phase, or a piece of one, or an idle stretch (cut
+//! at `max_step_s` with a thermal model), so a request made at the time the rig has
+//! reached lands exactly whenever the latency is longer than that piece. Switches come
+//! from:
+//!
+//! - the host: [`Gpu::request_dvfs`], or [`HostDvfsRequest`]s in [`HostLaunches`] (what
+//!   `Twin::request_dvfs` queues). The level changes wherever the switch lands, inside
+//!   a kernel too: the phase under way finishes the rest of its work at the new level's
+//!   speed (`remaining fraction × its duration at the new level`) and power. A request
+//!   of the level already set is recorded too, changing nothing;
+//! - a launch naming a level (every workload step does: the first level when `dvfs` is
+//!   absent; a host launch does when its level is not [`CURRENT_DVFS_LEVEL`]) other than
+//!   the one the GPU is at or switching to: the switch is asked for at the launch, and the
+//!   train's first execution starts at `max(launch + launch_overhead_s, effective time)`,
+//!   so that the whole train runs at its level. With a latency of 0 this is the
+//!   behaviour of a level per launch, unchanged.
+//!
+//! A host launch at [`CURRENT_DVFS_LEVEL`] runs at the current level. The level persists
+//! after a train, so with a power model the idle power changes with it. Every switch is
+//! recorded as a [`DvfsSwitch`] ([`Gpu::drain_dvfs_switches`]) once its effective time
+//! has been reached. [`Execution::dvfs_level`] is the level at the execution's start.
 //!
 //! # Randomness
 //!
@@ -138,7 +206,9 @@ fn one_u32() -> u32 {
 pub struct GpuConfig {
     /// Board power while no kernel runs (idle steps, random delays, launch overheads,
     /// back-to-back gaps), in W. Also the baseline above which DVFS and power settling
-    /// scale a phase's power.
+    /// scale a phase's power. Required without [`power_model`](GpuConfig::power_model),
+    /// refused with it; NaN stands for "absent".
+    #[serde(default = "absent", skip_serializing_if = "is_absent")]
     pub idle_power_w: f64,
     /// Utilisation reported while idle (fractions); default all 0.
     #[serde(default)]
@@ -155,6 +225,84 @@ pub struct GpuConfig {
     pub dvfs: Vec<DvfsLevel>,
     /// The GPU's timestamp counter and the cost of reading it from the host.
     pub clock: ClockConfig,
+    /// Time from a DVFS request to the new level taking effect, in s (>= 0). Default 0:
+    /// a launch's level applies at once.
+    #[serde(default)]
+    pub dvfs_switch_latency_s: f64,
+    /// The true power as a function of utilisation, frequency, voltage and temperature;
+    /// default none: phases give their power as `power_w`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_model: Option<PowerModelConfig>,
+    /// A first-order thermal model of the die; default none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thermal: Option<ThermalConfig>,
+}
+
+/// The true power model (see the [module documentation](self) for the formula): every
+/// dynamic coefficient is the power at utilisation 1 at the reference (first) DVFS level.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PowerModelConfig {
+    /// Power independent of level, load and temperature (board, fans, memory refresh),
+    /// in W; >= 0.
+    pub static_w: f64,
+    /// Load-independent dynamic power (clock tree, always-on logic) at the reference
+    /// level, in W; >= 0; scales with `f * V^2`. Default 0.
+    #[serde(default)]
+    pub clock_w: f64,
+    /// Dynamic power of the compute units at utilisation 1 at the reference level, in W;
+    /// >= 0.
+    pub compute_w: f64,
+    /// Dynamic power of the memory system at utilisation 1 at the reference level, in W;
+    /// >= 0.
+    pub memory_w: f64,
+    /// Dynamic power of everything else at utilisation 1 at the reference level, in W;
+    /// >= 0.
+    pub other_w: f64,
+    /// Leakage at the reference voltage and `t_ref_c`, in W; >= 0. Default 0.
+    #[serde(default)]
+    pub leak_w: f64,
+    /// Relative growth of the leakage per °C, in 1/°C; within 0..=1. Default 0.
+    #[serde(default)]
+    pub leak_per_c: f64,
+    /// Temperature at which the leakage is `leak_w`, in °C; finite. Default 25.
+    #[serde(default = "default_t_ref")]
+    pub t_ref_c: f64,
+}
+
+fn default_t_ref() -> f64 {
+    25.0
+}
+
+/// A first-order thermal model of the die: `tau_s * dT/dt = ambient_c + r_c_per_w * P - T`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThermalConfig {
+    /// Ambient (coolant) temperature, in °C; finite.
+    pub ambient_c: f64,
+    /// Thermal resistance from die to ambient, in °C/W; >= 0.
+    pub r_c_per_w: f64,
+    /// Thermal time constant, in s; > 0.
+    pub tau_s: f64,
+    /// Temperature at true time 0, in °C; default `ambient_c`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_c: Option<f64>,
+    /// Longest piece of constant power, in s (> 0): longer idle stretches and phases are
+    /// cut so that the temperature and the leakage follow. Default 1 ms.
+    #[serde(default = "default_max_step")]
+    pub max_step_s: f64,
+}
+
+fn default_max_step() -> f64 {
+    1e-3
+}
+
+fn absent() -> f64 {
+    f64::NAN
+}
+
+fn is_absent(x: &f64) -> bool {
+    x.is_nan()
 }
 
 /// One DVFS operating point.
@@ -173,7 +321,7 @@ pub struct DvfsLevel {
     pub time_scale: Option<f64>,
     /// Multiplier on every phase's dynamic power, the part above `idle_power_w`
     /// (dimensionless); default `(voltage_v / V0)^2 * frequency_hz / f0` with `V0`, `f0`
-    /// those of the first level.
+    /// those of the first level. Refused with [`GpuConfig::power_model`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub power_scale: Option<f64>,
 }
@@ -231,7 +379,10 @@ pub struct KernelConfig {
 pub struct PhaseConfig {
     /// Nominal duration, in s; > 0.
     pub duration_s: f64,
-    /// Board power during the phase, in W (total, idle included); >= 0.
+    /// Board power during the phase, in W (total, idle included); >= 0. Required without
+    /// [`GpuConfig::power_model`], refused with it (the power then follows from `util`);
+    /// NaN stands for "absent".
+    #[serde(default = "absent", skip_serializing_if = "is_absent")]
     pub power_w: f64,
     /// Utilisation during the phase; default all 0.
     #[serde(default)]
@@ -413,12 +564,32 @@ impl GpuConfig {
                 read_jitter_s: 1e-6,
                 read_latch_fraction: 0.5,
             },
+            dvfs_switch_latency_s: 0.0,
+            power_model: None,
+            thermal: None,
         }
     }
 
     /// Checks every field against its documented range.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        non_negative(|| "gpu.idle_power_w".into(), self.idle_power_w)?;
+        match (&self.power_model, self.idle_power_w.is_nan()) {
+            (None, true) => {
+                return Err(ConfigError::Structure {
+                    field: "gpu.idle_power_w".into(),
+                    reason: "required without [gpu.power_model]".into(),
+                })
+            }
+            (None, false) => non_negative(|| "gpu.idle_power_w".into(), self.idle_power_w)?,
+            (Some(_), false) => {
+                return Err(ConfigError::Structure {
+                    field: "gpu.idle_power_w".into(),
+                    reason: "does not apply with [gpu.power_model]: the idle power follows \
+                             from gpu.idle_util"
+                        .into(),
+                })
+            }
+            (Some(_), true) => {}
+        }
         if !self.idle_util.is_valid() {
             return Err(ConfigError::Structure {
                 field: "gpu.idle_util".into(),
@@ -442,8 +613,72 @@ impl GpuConfig {
                     reason: format!("duplicate DVFS level name {:?}", level.name),
                 });
             }
+            if self.power_model.is_some() && level.power_scale.is_some() {
+                return Err(ConfigError::Structure {
+                    field: format!("gpu.dvfs[{i}].power_scale"),
+                    reason: "does not apply with [gpu.power_model]: the power follows from \
+                             frequency_hz and voltage_v"
+                        .into(),
+                });
+            }
         }
-        self.clock.validate()
+        self.clock.validate()?;
+        non_negative(
+            || "gpu.dvfs_switch_latency_s".into(),
+            self.dvfs_switch_latency_s,
+        )?;
+        if let Some(m) = &self.power_model {
+            if self.dvfs.is_empty() {
+                return Err(ConfigError::Structure {
+                    field: "gpu.dvfs".into(),
+                    reason: "[gpu.power_model] needs at least one [[gpu.dvfs]] level (the \
+                             first is the reference)"
+                        .into(),
+                });
+            }
+            for (name, value) in [
+                ("static_w", m.static_w),
+                ("clock_w", m.clock_w),
+                ("compute_w", m.compute_w),
+                ("memory_w", m.memory_w),
+                ("other_w", m.other_w),
+                ("leak_w", m.leak_w),
+            ] {
+                non_negative(|| format!("gpu.power_model.{name}"), value)?;
+            }
+            check(
+                || "gpu.power_model.leak_per_c".into(),
+                m.leak_per_c,
+                (0.0..=1.0).contains(&m.leak_per_c),
+                "must be within 0..=1 (per °C)",
+            )?;
+            check(
+                || "gpu.power_model.t_ref_c".into(),
+                m.t_ref_c,
+                true,
+                "must be finite",
+            )?;
+        }
+        if let Some(t) = &self.thermal {
+            check(
+                || "gpu.thermal.ambient_c".into(),
+                t.ambient_c,
+                t.ambient_c > -273.15,
+                "must be finite and above -273.15 °C",
+            )?;
+            non_negative(|| "gpu.thermal.r_c_per_w".into(), t.r_c_per_w)?;
+            positive(|| "gpu.thermal.tau_s".into(), t.tau_s)?;
+            if let Some(c) = t.initial_c {
+                check(
+                    || "gpu.thermal.initial_c".into(),
+                    c,
+                    c > -273.15,
+                    "must be finite and above -273.15 °C",
+                )?;
+            }
+            positive(|| "gpu.thermal.max_step_s".into(), t.max_step_s)?;
+        }
+        Ok(())
     }
 
     /// The (time, power) scales of every DVFS level, derived where unset; one nominal
@@ -554,7 +789,10 @@ impl KernelConfig {
                 || format!("kernels[{i}].phases[{j}].duration_s"),
                 p.duration_s,
             )?;
-            non_negative(|| format!("kernels[{i}].phases[{j}].power_w"), p.power_w)?;
+            // An absent power_w (NaN) is checked against the power model by `Gpu::new`.
+            if !p.power_w.is_nan() {
+                non_negative(|| format!("kernels[{i}].phases[{j}].power_w"), p.power_w)?;
+            }
             if !p.util.is_valid() {
                 return Err(ConfigError::Structure {
                     field: format!("kernels[{i}].phases[{j}].util"),
@@ -789,7 +1027,9 @@ pub struct Execution {
     /// Phase boundaries: phase `j` runs over `[phase_bounds_s[j], phase_bounds_s[j + 1])`;
     /// the first is `start_s`, the last `end_s`.
     pub phase_bounds_s: Vec<f64>,
-    /// Index of the DVFS level (0 when none is configured).
+    /// Index of the DVFS level at the execution's start (0 when none is configured); a
+    /// switch asked for by the host may land inside the execution (see the segments'
+    /// [`SegmentState`]s).
     pub dvfs_level: usize,
     /// Index of the execution-time mode drawn.
     pub mode: usize,
@@ -813,8 +1053,9 @@ impl Execution {
 
 #[derive(Debug, Clone)]
 enum Item {
-    Segment(Segment),
+    Segment(Segment, SegmentState),
     Done(Box<Execution>),
+    Switch(DvfsSwitch),
 }
 
 #[derive(Debug, Clone)]
@@ -831,6 +1072,87 @@ enum ResolvedStep {
     },
 }
 
+/// A unit of work still to generate, one piece at a time.
+#[derive(Debug, Clone)]
+enum Task {
+    /// Idle this long from wherever the task starts.
+    IdleFor(f64),
+    /// Idle until this instant.
+    IdleUntil(f64),
+    /// A train's launch at `generated_s`, with the DVFS level it names.
+    Launch(Option<usize>),
+    /// The train's first execution starts (after the launch's switch, if it waits).
+    Start(bool),
+    /// One execution, not started.
+    Execute { kernel: usize, index_in_train: u32 },
+    /// One execution under way.
+    Run(Box<Running>),
+    /// The end of a train.
+    EndTrain,
+}
+
+/// An execution under way.
+#[derive(Debug, Clone)]
+struct Running {
+    kernel: usize,
+    index_in_train: u32,
+    mode: usize,
+    outlier: bool,
+    time_factor: f64,
+    power_factor: f64,
+    start_s: f64,
+    level: usize,
+    bounds: Vec<f64>,
+    /// The phase under way.
+    phase: usize,
+    /// The fraction of its work still to do.
+    remaining: f64,
+    energy_j: f64,
+}
+
+/// The GPU's state over one [`Segment`] (see [`Gpu::next_segment_with_state`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SegmentState {
+    /// Index of the DVFS level in effect over the whole segment (0 when none is
+    /// configured).
+    pub dvfs_level: usize,
+    /// That level's core clock, Hz; `None` when no `[[gpu.dvfs]]` level is configured.
+    pub frequency_hz: Option<f64>,
+    /// That level's core voltage, V; `None` when no level is configured.
+    pub voltage_v: Option<f64>,
+    /// Die temperature at the segment's start, °C: the thermal model's state with
+    /// `[gpu.thermal]`, else `power_model.t_ref_c` with `[gpu.power_model]`, else `None`
+    /// (not modelled). The segment's power was evaluated at this temperature.
+    pub temperature_c: Option<f64>,
+}
+
+/// What asked for a DVFS switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SwitchCause {
+    /// A request from the host ([`Gpu::request_dvfs`], `Twin::request_dvfs`).
+    Request,
+    /// A launch that named a level other than the one the GPU was at or switching to
+    /// (a workload step, or a host launch with an explicit level).
+    Launch,
+}
+
+/// One DVFS switch, all times true time in s.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DvfsSwitch {
+    /// When the switch was asked for.
+    pub request_s: f64,
+    /// When the new level took effect: `request_s + dvfs_switch_latency_s`, unless the
+    /// timeline had already been generated past that instant, or an earlier switch was
+    /// still pending (see the [module documentation](self)).
+    pub effective_s: f64,
+    /// Level before the switch.
+    pub from: usize,
+    /// Level after the switch (equal to `from` for a request of the level already set).
+    pub to: usize,
+    /// What asked for it.
+    pub cause: SwitchCause,
+}
+
 /// The simulated GPU: an endless, seeded, deterministic stream of the true power and a
 /// record of the executions behind it (see the [module documentation](self)).
 #[derive(Debug, Clone)]
@@ -840,6 +1162,8 @@ pub struct Gpu {
     steps: Vec<ResolvedStep>,
     /// (time scale, power scale) per DVFS level.
     dvfs: Vec<(f64, f64)>,
+    /// With a power model: per level, (`(f / f0) * (V / V0)^2`, `V / V0`).
+    model_levels: Vec<(f64, f64)>,
     clock: GpuClock,
     rng: Rng,
     read_rng: Rng,
@@ -854,13 +1178,32 @@ pub struct Gpu {
     train_start_s: f64,
     queue: VecDeque<Item>,
     done: VecDeque<Execution>,
+    switched: VecDeque<DvfsSwitch>,
     record: bool,
     host: Option<std::sync::Arc<std::sync::Mutex<HostLaunches>>>,
+    /// What is still to generate of the current workload step or host train.
+    tasks: VecDeque<Task>,
+    /// DVFS level in effect at `generated_s`.
+    level: usize,
+    /// Switches requested whose effective time lies at or after `generated_s`, in order.
+    switches: VecDeque<DvfsSwitch>,
+    /// The level once every pending switch has taken effect.
+    target: usize,
+    /// Effective time of the last switch that changes the level.
+    settled_s: f64,
+    /// Temperature at `generated_s`, °C (see [`SegmentState::temperature_c`]).
+    temperature_c: Option<f64>,
+    /// Longest segment generated: `thermal.max_step_s` with a thermal model, else infinite.
+    max_piece_s: f64,
+    last_state: Option<SegmentState>,
 }
 
 /// How long the GPU idles between looks at the host's queue while the host drives it, s
 /// (the most a host launch waits for the GPU to notice it).
 pub const HOST_POLL_S: f64 = 50e-6;
+
+/// [`HostLaunch::dvfs`] for a launch that runs at the GPU's current level (no switch).
+pub const CURRENT_DVFS_LEVEL: usize = usize::MAX;
 
 /// Launches asked for by the host (a GPU runner), which then drives the GPU instead of
 /// the scenario's workload: once `active`, the workload stops at the end of its current
@@ -871,6 +1214,10 @@ pub struct HostLaunches {
     pub active: bool,
     /// Launches not yet started, oldest first.
     pub queue: VecDeque<HostLaunch>,
+    /// DVFS switches asked for and not yet seen by the GPU, oldest first. The GPU takes
+    /// them whenever it generates more of its timeline, whether or not `active` is set;
+    /// they do not wait for the launches queued before them.
+    pub dvfs_requests: VecDeque<HostDvfsRequest>,
 }
 
 /// One launch asked for by the host.
@@ -883,8 +1230,20 @@ pub struct HostLaunch {
     pub kernel: usize,
     /// Executions back to back, >= 1.
     pub count: u32,
-    /// Index of the DVFS level.
+    /// Index of the DVFS level; [`CURRENT_DVFS_LEVEL`] (or any index out of range) runs at
+    /// the level in effect. An explicit level other than the one the GPU is at or
+    /// switching to is requested at the launch, and the train's first execution waits
+    /// for it to take effect.
     pub dvfs: usize,
+}
+
+/// One DVFS switch asked for by the host.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HostDvfsRequest {
+    /// True time of the host's call, s: the level changes `dvfs_switch_latency_s` later.
+    pub at_s: f64,
+    /// Index of the DVFS level.
+    pub level: usize,
 }
 
 /// Stream of the timeline's generator (see [`crate::random::rng`]).
@@ -903,12 +1262,27 @@ impl Gpu {
         seed: u64,
     ) -> Result<Self, ConfigError> {
         gpu.validate()?;
+        let model = gpu.power_model.is_some();
         for (i, k) in kernels.iter().enumerate() {
             k.validate(i)?;
             if kernels[..i].iter().any(|o| o.name == k.name) {
                 return Err(ConfigError::Structure {
                     field: format!("kernels[{i}].name"),
                     reason: format!("duplicate kernel name {:?}", k.name),
+                });
+            }
+            for (j, p) in k.phases.iter().enumerate() {
+                let reason = match (model, p.power_w.is_nan()) {
+                    (true, false) => {
+                        "does not apply with [gpu.power_model]: the phase's power follows \
+                         from its util"
+                    }
+                    (false, true) => "required without [gpu.power_model]",
+                    _ => continue,
+                };
+                return Err(ConfigError::Structure {
+                    field: format!("kernels[{i}].phases[{j}].power_w"),
+                    reason: reason.into(),
                 });
             }
         }
@@ -978,11 +1352,29 @@ impl Gpu {
         }
         let clock = GpuClock::from_config(&gpu.clock)?;
         let dvfs = gpu.dvfs_scales();
+        let model_levels = match gpu.dvfs.first() {
+            Some(r) if gpu.power_model.is_some() => gpu
+                .dvfs
+                .iter()
+                .map(|l| {
+                    let v = l.voltage_v / r.voltage_v;
+                    (l.frequency_hz / r.frequency_hz * v * v, v)
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        let temperature_c = match (&gpu.thermal, &gpu.power_model) {
+            (Some(t), _) => Some(t.initial_c.unwrap_or(t.ambient_c)),
+            (None, Some(m)) => Some(m.t_ref_c),
+            (None, None) => None,
+        };
+        let max_piece_s = gpu.thermal.as_ref().map_or(f64::INFINITY, |t| t.max_step_s);
         Ok(Gpu {
             config: gpu,
             kernels,
             steps,
             dvfs,
+            model_levels,
             clock,
             rng: rng(seed, TIMELINE_STREAM),
             read_rng: rng(seed, READ_STREAM),
@@ -995,8 +1387,17 @@ impl Gpu {
             train_start_s: 0.0,
             queue: VecDeque::new(),
             done: VecDeque::new(),
+            switched: VecDeque::new(),
             record: true,
             host: None,
+            tasks: VecDeque::new(),
+            level: 0,
+            switches: VecDeque::new(),
+            target: 0,
+            settled_s: f64::NEG_INFINITY,
+            temperature_c,
+            max_piece_s,
+            last_state: None,
         })
     }
 
@@ -1025,30 +1426,61 @@ impl Gpu {
         self.emitted_s
     }
 
-    /// Whether executions are recorded for [`drain_executions`](Gpu::drain_executions)
-    /// (default true). Turn it off for endless runs that never drain.
+    /// The state over the last segment returned by [`next_segment`](Gpu::next_segment)
+    /// (None before the first).
+    pub fn last_state(&self) -> Option<SegmentState> {
+        self.last_state
+    }
+
+    /// Whether executions and DVFS switches are recorded for
+    /// [`drain_executions`](Gpu::drain_executions) and
+    /// [`drain_dvfs_switches`](Gpu::drain_dvfs_switches) (default true). Turn it off for
+    /// endless runs that never drain.
     pub fn set_record_executions(&mut self, record: bool) {
         self.record = record;
         if !record {
             self.done.clear();
+            self.switched.clear();
         }
     }
 
     /// The next piece of the true power. Segments are contiguous, never empty, and never
     /// run out: the workload repeats forever.
     pub fn next_segment(&mut self) -> Segment {
+        self.next_segment_with_state().0
+    }
+
+    /// The next piece of the true power, with the DVFS level and temperature over it.
+    pub fn next_segment_with_state(&mut self) -> (Segment, SegmentState) {
         loop {
             match self.queue.pop_front() {
-                Some(Item::Segment(seg)) => {
+                Some(Item::Segment(seg, state)) => {
                     self.emitted_s = seg.end_s;
-                    return seg;
+                    self.last_state = Some(state);
+                    return (seg, state);
                 }
-                Some(Item::Done(exec)) => {
-                    if self.record {
-                        self.done.push_back(*exec);
-                    }
-                }
+                Some(item) => self.log(item),
                 None => self.generate(),
+            }
+        }
+    }
+
+    fn log(&mut self, item: Item) {
+        if self.record {
+            match item {
+                Item::Done(exec) => self.done.push_back(*exec),
+                Item::Switch(s) => self.switched.push_back(s),
+                Item::Segment(..) => {}
+            }
+        }
+    }
+
+    /// Moves the records at the queue's front (behind the last segment returned) to
+    /// their logs.
+    fn flush_records(&mut self) {
+        while matches!(self.queue.front(), Some(Item::Done(_) | Item::Switch(_))) {
+            if let Some(item) = self.queue.pop_front() {
+                self.log(item);
             }
         }
     }
@@ -1058,14 +1490,51 @@ impl Gpu {
     pub fn drain_executions(&mut self) -> std::collections::vec_deque::Drain<'_, Execution> {
         // An execution is complete once its last segment has left the queue; its record
         // sits right behind that segment.
-        while let Some(Item::Done(_)) = self.queue.front() {
-            if let Some(Item::Done(exec)) = self.queue.pop_front() {
-                if self.record {
-                    self.done.push_back(*exec);
-                }
-            }
-        }
+        self.flush_records();
         self.done.drain(..)
+    }
+
+    /// Takes the record of every DVFS switch whose effective time has been reached by
+    /// the segments returned by [`next_segment`](Gpu::next_segment) since the last call,
+    /// in order. A switch's record sits right before the first segment at its new level.
+    pub fn drain_dvfs_switches(&mut self) -> std::collections::vec_deque::Drain<'_, DvfsSwitch> {
+        self.flush_records();
+        self.switched.drain(..)
+    }
+
+    /// Asks for DVFS level `level` at true time `at_s`, as the host would
+    /// ([`HostLaunches::dvfs_requests`] does the same from another thread). The level
+    /// takes effect `dvfs_switch_latency_s` later, or at the end of the timeline
+    /// generated so far if that is later, and never before a switch asked for earlier.
+    /// Returns the effective time, or None for a level that does not exist.
+    pub fn request_dvfs(&mut self, at_s: f64, level: usize) -> Option<f64> {
+        if level >= self.dvfs.len() {
+            return None;
+        }
+        self.schedule_switch(at_s, level, SwitchCause::Request)
+    }
+
+    /// The power model's value, W, for `util` at DVFS level `level` and `temperature_c`,
+    /// with the dynamic term multiplied by `power_factor` (see the
+    /// [module documentation](self)); None without `[gpu.power_model]` or for a level
+    /// that does not exist.
+    pub fn model_power_w(
+        &self,
+        util: &Util,
+        level: usize,
+        temperature_c: f64,
+        power_factor: f64,
+    ) -> Option<f64> {
+        let m = self.config.power_model.as_ref()?;
+        let &(s, v) = self.model_levels.get(level)?;
+        let dynamic =
+            m.compute_w * util.compute + m.memory_w * util.memory + m.other_w * util.other;
+        Some(
+            m.static_w
+                + m.clock_w * s
+                + power_factor * dynamic * s
+                + m.leak_w * v * (m.leak_per_c * (temperature_c - m.t_ref_c)).exp(),
+        )
     }
 
     /// A host read of the timestamp counter issued at true time `issue_s`, taking
@@ -1077,20 +1546,113 @@ impl Gpu {
         self.clock.read(issue_s, latency, c.read_latch_fraction)
     }
 
-    fn push_idle(&mut self, duration_s: f64) {
-        if duration_s > 0.0 {
-            let start_s = self.generated_s;
-            let end_s = start_s + duration_s;
-            if end_s > start_s {
-                self.queue.push_back(Item::Segment(Segment {
-                    start_s,
-                    end_s,
-                    power_w: self.config.idle_power_w,
-                    util: self.config.idle_util,
-                }));
-                self.generated_s = end_s;
+    /// Schedules a switch to `to` asked for at `at_s`; a launch's switch only when `to`
+    /// differs from the level the GPU is at or switching to. Returns its effective time.
+    fn schedule_switch(&mut self, at_s: f64, to: usize, cause: SwitchCause) -> Option<f64> {
+        let from = self.target;
+        if cause == SwitchCause::Launch && to == from {
+            return None;
+        }
+        let last = self
+            .switches
+            .back()
+            .map_or(f64::NEG_INFINITY, |s| s.effective_s);
+        let effective_s = (at_s + self.config.dvfs_switch_latency_s)
+            .max(self.generated_s)
+            .max(last);
+        self.switches.push_back(DvfsSwitch {
+            request_s: at_s,
+            effective_s,
+            from,
+            to,
+            cause,
+        });
+        if to != from {
+            self.settled_s = effective_s;
+        }
+        self.target = to;
+        Some(effective_s)
+    }
+
+    /// Applies the switches due at `t_s`; their records go into the queue here.
+    fn apply_due(&mut self, t_s: f64) {
+        while self.switches.front().is_some_and(|s| s.effective_s <= t_s) {
+            if let Some(s) = self.switches.pop_front() {
+                self.level = s.to;
+                self.queue.push_back(Item::Switch(s));
             }
         }
+    }
+
+    /// Where the piece starting at `t_s` must end at the latest: the next switch, or the
+    /// longest piece the thermal model allows.
+    fn piece_limit(&self, t_s: f64) -> f64 {
+        let next = self
+            .switches
+            .front()
+            .map_or(f64::INFINITY, |s| s.effective_s);
+        if self.max_piece_s.is_finite() {
+            next.min(t_s + self.max_piece_s)
+        } else {
+            next
+        }
+    }
+
+    fn state(&self) -> SegmentState {
+        let level = self.config.dvfs.get(self.level);
+        SegmentState {
+            dvfs_level: self.level,
+            frequency_hz: level.map(|l| l.frequency_hz),
+            voltage_v: level.map(|l| l.voltage_v),
+            temperature_c: self.temperature_c,
+        }
+    }
+
+    /// The power now for `util`: idle (`phase` None) or a phase's (its `power_w` and
+    /// power factor).
+    fn power_now(&self, util: &Util, phase: Option<(f64, f64)>) -> f64 {
+        if self.config.power_model.is_some() {
+            let t = self.temperature_c.unwrap_or(0.0);
+            let pf = phase.map_or(1.0, |p| p.1);
+            return self
+                .model_power_w(util, self.level, t, pf)
+                .unwrap_or(0.0)
+                .max(0.0);
+        }
+        let idle = self.config.idle_power_w;
+        match phase {
+            None => idle,
+            Some((power_w, power_factor)) => {
+                let power_scale = self.dvfs[self.level].1;
+                (idle + (power_w - idle) * power_scale * power_factor).max(0.0)
+            }
+        }
+    }
+
+    /// Queues the piece `[start_s, end_s)` at the current level and temperature, and
+    /// advances the temperature over it. Returns its energy, J.
+    fn push_piece(
+        &mut self,
+        start_s: f64,
+        end_s: f64,
+        util: Util,
+        phase: Option<(f64, f64)>,
+    ) -> f64 {
+        let seg = Segment {
+            start_s,
+            end_s,
+            power_w: self.power_now(&util, phase),
+            util,
+        };
+        let state = self.state();
+        if let (Some(th), Some(t)) = (&self.config.thermal, self.temperature_c) {
+            let settled = th.ambient_c + th.r_c_per_w * seg.power_w;
+            self.temperature_c =
+                Some(settled + (t - settled) * (-(end_s - start_s) / th.tau_s).exp());
+        }
+        self.queue.push_back(Item::Segment(seg, state));
+        self.generated_s = end_s;
+        seg.energy_j()
     }
 
     fn advance_step(&mut self) {
@@ -1098,8 +1660,6 @@ impl Gpu {
         self.in_step = 0;
     }
 
-    /// Queues the next unit of the workload: an idle step, or one execution (with the
-    /// delay and launch overhead before a train's first one).
     /// Hands control to the host's launches (see [`HostLaunches`]).
     pub fn set_host_launches(&mut self, host: std::sync::Arc<std::sync::Mutex<HostLaunches>>) {
         self.host = Some(host);
@@ -1110,44 +1670,81 @@ impl Gpu {
         self.kernels.iter().position(|k| k.name == name)
     }
 
-    /// A train the host asked for: from its call (or now, if later), the launch overhead,
-    /// then `count` executions back to back.
-    fn host_train(&mut self, l: HostLaunch) {
-        self.push_idle(l.at_s - self.generated_s);
-        self.train_launch_s = self.generated_s;
-        self.push_idle(self.config.launch_overhead_s);
-        self.train_start_s = self.generated_s;
-        for k in 0..l.count.max(1) {
-            if k > 0 {
-                self.push_idle(self.config.back_to_back_gap_s);
+    /// Generates the next piece of the timeline (with the records before it). The
+    /// timeline is generated one piece at a time, so that a DVFS request finds at most
+    /// one piece generated ahead of the one being emitted.
+    fn generate(&mut self) {
+        if let Some(host) = &self.host {
+            let requests: Vec<HostDvfsRequest> = host
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .dvfs_requests
+                .drain(..)
+                .collect();
+            for r in requests {
+                self.request_dvfs(r.at_s, r.level);
             }
-            self.execute(l.kernel, k, l.dvfs);
         }
-        self.train += 1;
+        loop {
+            if self.tasks.is_empty() {
+                self.plan();
+            }
+            if self.run_task() {
+                return;
+            }
+        }
     }
 
-    fn generate(&mut self) {
+    /// Plans what comes next: the host's next launch (or a look at its queue after
+    /// [`HOST_POLL_S`] idle) once it drives the GPU and the workload's step is over, else
+    /// the workload's next unit.
+    fn plan(&mut self) {
         if self.in_step == 0 {
-            if let Some(host) = &self.host {
+            if let Some(host) = self.host.clone() {
                 let mut h = host.lock().unwrap_or_else(|p| p.into_inner());
                 if h.active {
-                    match h.queue.pop_front() {
-                        Some(l) => {
-                            drop(h);
-                            self.host_train(l);
-                        }
-                        None => {
-                            drop(h);
-                            self.push_idle(HOST_POLL_S);
-                        }
+                    let launch = h.queue.pop_front();
+                    drop(h);
+                    match launch {
+                        Some(l) => self.plan_host_train(l),
+                        None => self.tasks.push_back(Task::IdleFor(HOST_POLL_S)),
                     }
                     return;
                 }
             }
         }
+        self.plan_step();
+    }
+
+    /// A train the host asked for: from its call (or now, if later), the launch, the
+    /// launch overhead, then `count` executions back to back.
+    fn plan_host_train(&mut self, l: HostLaunch) {
+        let level = (l.dvfs < self.dvfs.len()).then_some(l.dvfs);
+        self.tasks.extend([
+            Task::IdleFor(l.at_s - self.generated_s),
+            Task::Launch(level),
+            Task::IdleFor(self.config.launch_overhead_s),
+            Task::Start(level.is_some()),
+        ]);
+        for k in 0..l.count.max(1) {
+            if k > 0 {
+                self.tasks
+                    .push_back(Task::IdleFor(self.config.back_to_back_gap_s));
+            }
+            self.tasks.push_back(Task::Execute {
+                kernel: l.kernel,
+                index_in_train: k,
+            });
+        }
+        self.tasks.push_back(Task::EndTrain);
+    }
+
+    /// The next unit of the workload: an idle step, or one execution (with the delay and
+    /// launch overhead before a train's first one).
+    fn plan_step(&mut self) {
         match self.steps[self.step].clone() {
             ResolvedStep::Idle { duration_s } => {
-                self.push_idle(duration_s);
+                self.tasks.push_back(Task::IdleFor(duration_s));
                 self.advance_step();
             }
             ResolvedStep::Launch {
@@ -1160,24 +1757,98 @@ impl Gpu {
                 let k = self.in_step;
                 if k == 0 {
                     let delay = min_delay_s + (max_delay_s - min_delay_s) * uniform(&mut self.rng);
-                    self.push_idle(delay);
-                    self.train_launch_s = self.generated_s;
-                    self.push_idle(self.config.launch_overhead_s);
-                    self.train_start_s = self.generated_s;
+                    self.tasks.extend([
+                        Task::IdleFor(delay),
+                        Task::Launch(Some(dvfs)),
+                        Task::IdleFor(self.config.launch_overhead_s),
+                        Task::Start(true),
+                    ]);
                 } else {
-                    self.push_idle(self.config.back_to_back_gap_s);
+                    self.tasks
+                        .push_back(Task::IdleFor(self.config.back_to_back_gap_s));
                 }
-                self.execute(kernel, k, dvfs);
+                self.tasks.push_back(Task::Execute {
+                    kernel,
+                    index_in_train: k,
+                });
                 self.in_step += 1;
                 if self.in_step == count {
                     self.advance_step();
-                    self.train += 1;
+                    self.tasks.push_back(Task::EndTrain);
                 }
             }
         }
     }
 
-    fn execute(&mut self, kernel: usize, index_in_train: u32, level: usize) {
+    /// Runs the first task for one piece at most; true when it queued a piece.
+    fn run_task(&mut self) -> bool {
+        let Some(task) = self.tasks.pop_front() else {
+            return false;
+        };
+        match task {
+            Task::IdleFor(duration_s) => {
+                if duration_s > 0.0 {
+                    let end_s = self.generated_s + duration_s;
+                    self.tasks.push_front(Task::IdleUntil(end_s));
+                }
+                false
+            }
+            Task::IdleUntil(end_s) => {
+                let t = self.generated_s;
+                if end_s > t {
+                    self.apply_due(t);
+                    let brk = end_s.min(self.piece_limit(t));
+                    let util = self.config.idle_util;
+                    self.push_piece(t, brk, util, None);
+                    if end_s > brk {
+                        self.tasks.push_front(Task::IdleUntil(end_s));
+                    }
+                    true
+                } else {
+                    false
+                }
+            }
+            Task::Launch(level) => {
+                self.train_launch_s = self.generated_s;
+                if let Some(level) = level {
+                    self.schedule_switch(self.train_launch_s, level, SwitchCause::Launch);
+                }
+                false
+            }
+            Task::Start(wait) => {
+                if wait && self.settled_s > self.generated_s {
+                    self.tasks.push_front(Task::Start(false));
+                    self.tasks.push_front(Task::IdleUntil(self.settled_s));
+                } else {
+                    self.train_start_s = self.generated_s;
+                }
+                false
+            }
+            Task::Execute {
+                kernel,
+                index_in_train,
+            } => {
+                let run = self.start_execution(kernel, index_in_train);
+                self.tasks.push_front(Task::Run(Box::new(run)));
+                false
+            }
+            Task::Run(mut run) => {
+                let queued = self.run_execution(&mut run);
+                if run.phase < self.kernels[run.kernel].phases.len() {
+                    self.tasks.push_front(Task::Run(run));
+                }
+                queued
+            }
+            Task::EndTrain => {
+                self.train += 1;
+                false
+            }
+        }
+    }
+
+    /// Draws an execution's mode and outlier and starts it at `generated_s`, at the level
+    /// in effect.
+    fn start_execution(&mut self, kernel: usize, index_in_train: u32) -> Running {
         let (mode, mode_factor) = self.draw_mode(kernel);
         let (outlier, outlier_factor) = self.draw_outlier(kernel);
         let kc = &self.kernels[kernel];
@@ -1191,53 +1862,80 @@ impl Gpu {
         let power_factor = 1.0
             + (settle.sse_to_ssp_ratio - 1.0)
                 * (-(start_s - self.train_start_s) / settle.tau_s).exp();
-        let (time_scale, power_scale) = self.dvfs[level];
-        let idle = self.config.idle_power_w;
         let mut bounds = Vec::with_capacity(kc.phases.len() + 1);
         bounds.push(start_s);
-        let mut t = start_s;
-        let mut energy_j = 0.0;
-        let mut segs = Vec::with_capacity(kc.phases.len());
-        for p in &kc.phases {
+        self.apply_due(start_s);
+        Running {
+            kernel,
+            index_in_train,
+            mode,
+            outlier,
+            time_factor,
+            power_factor,
+            start_s,
+            level: self.level,
+            bounds,
+            phase: 0,
+            remaining: 1.0,
+            energy_j: 0.0,
+        }
+    }
+
+    /// Queues the next piece of a running execution, at the level in effect: a switch
+    /// that takes effect during a phase changes the speed and power of the rest of it.
+    /// After the last phase, queues the execution's record. True when it queued a piece.
+    fn run_execution(&mut self, run: &mut Running) -> bool {
+        let phases = self.kernels[run.kernel].phases.len();
+        while run.phase < phases {
+            let p = self.kernels[run.kernel].phases[run.phase].clone();
+            let t = self.generated_s;
+            self.apply_due(t);
             let busy = p.util.compute + p.util.memory;
             let c = if busy > 0.0 {
                 p.util.compute / busy
             } else {
                 1.0
             };
-            let duration = p.duration_s * (c * time_scale + (1.0 - c)) * time_factor;
-            let end = t + duration;
-            let power_w = (idle + (p.power_w - idle) * power_scale * power_factor).max(0.0);
-            if end > t {
-                let seg = Segment {
-                    start_s: t,
-                    end_s: end,
-                    power_w,
-                    util: p.util,
-                };
-                energy_j += seg.energy_j();
-                segs.push(seg);
-                t = end;
+            let time_scale = self.dvfs[self.level].0;
+            // The phase's duration at this level, and the part of its work still to do.
+            let duration = p.duration_s * (c * time_scale + (1.0 - c)) * run.time_factor;
+            let end = t + run.remaining * duration;
+            let brk = end.min(self.piece_limit(t));
+            let phase = Some((p.power_w, run.power_factor));
+            if brk < end {
+                run.energy_j += self.push_piece(t, brk, p.util, phase);
+                run.remaining -= (brk - t) / duration;
+                return true;
             }
-            bounds.push(t);
+            let queued = end > t;
+            if queued {
+                run.energy_j += self.push_piece(t, end, p.util, phase);
+            }
+            run.bounds.push(self.generated_s);
+            run.phase += 1;
+            run.remaining = 1.0;
+            if run.phase == phases {
+                self.queue.push_back(Item::Done(Box::new(Execution {
+                    kernel: run.kernel,
+                    train: self.train,
+                    index_in_train: run.index_in_train,
+                    launch_s: self.train_launch_s,
+                    start_s: run.start_s,
+                    end_s: self.generated_s,
+                    phase_bounds_s: std::mem::take(&mut run.bounds),
+                    dvfs_level: run.level,
+                    mode: run.mode,
+                    outlier: run.outlier,
+                    time_factor: run.time_factor,
+                    power_factor: run.power_factor,
+                    energy_j: run.energy_j,
+                })));
+            }
+            if queued {
+                return true;
+            }
         }
-        self.queue.extend(segs.into_iter().map(Item::Segment));
-        self.generated_s = t;
-        self.queue.push_back(Item::Done(Box::new(Execution {
-            kernel,
-            train: self.train,
-            index_in_train,
-            launch_s: self.train_launch_s,
-            start_s,
-            end_s: t,
-            phase_bounds_s: bounds,
-            dvfs_level: level,
-            mode,
-            outlier,
-            time_factor,
-            power_factor,
-            energy_j,
-        })));
+        false
     }
 
     fn draw_mode(&mut self, kernel: usize) -> (usize, f64) {

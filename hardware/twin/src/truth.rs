@@ -4,7 +4,11 @@
 //!
 //! In the directory given:
 //! - `gpu_power.arrow`: the GPU's true power, piecewise constant: `start_s`, `end_s`,
-//!   `power_w`, `util_compute`, `util_memory`, `util_other`.
+//!   `power_w`, `util_compute`, `util_memory`, `util_other`, then the GPU's state over
+//!   the segment: `dvfs_level` (index into `gpu.dvfs`), `frequency_hz`, `voltage_v`
+//!   (null when the scenario has no `[[gpu.dvfs]]`), `temperature_c` (at the segment's
+//!   start, the temperature its power was evaluated at; null when neither
+//!   `[gpu.thermal]` nor `[gpu.power_model]` is configured).
 //! - `rails.arrow`: the true current and voltage of every rail at every ADC conversion,
 //!   before the sensors: `t_s`, `device_tick`, then per rail `<rail>_current_a`,
 //!   `<rail>_voltage_v`, `<rail>_power_w`.
@@ -14,6 +18,10 @@
 //! - `logger.arrow`: the GPU logger's reports with their truth: `index`, `true_time_s`,
 //!   `stamp_gpu_ticks` or `stamp_host_read_s` (the other null), `response_w` (before gain,
 //!   offset and quantisation), `power_w`.
+//! - `dvfs.arrow`: every DVFS switch, once it has taken effect: `request_s` (when it was
+//!   asked for), `effective_s` (when the new level took effect), `from_level`,
+//!   `to_level` (indices), `from`, `to` (names), `cause` (`"request"`: the host's
+//!   `Twin::request_dvfs`; `"launch"`: a launch naming another level).
 //! - `clocks.toml`: the MCU clock, the GPU clock, and the host monotonic time (ns, the
 //!   clock of `clock_gettime(CLOCK_MONOTONIC)`) at true time 0.
 //!
@@ -34,7 +42,7 @@ use arrow_array::{ArrayRef, RecordBatch};
 use arrow_ipc::writer::StreamWriter;
 use arrow_schema::{ArrowError, DataType, Field, Schema};
 
-use crate::gpu::Execution;
+use crate::gpu::{DvfsSwitch, Execution, SegmentState, SwitchCause};
 use crate::logger::{LoggerSample, Stamp};
 use crate::rig::RailState;
 use crate::trace::Segment;
@@ -42,8 +50,12 @@ use crate::trace::Segment;
 /// One row for one of the truth files.
 #[derive(Debug)]
 pub enum Row {
-    /// A piece of the GPU's power.
+    /// A piece of the GPU's power (its state columns null).
     Segment(Segment),
+    /// A piece of the GPU's power with the GPU's state over it.
+    GpuSegment(Segment, SegmentState),
+    /// A DVFS switch that has taken effect, with the names of its levels (from, to).
+    DvfsSwitch(DvfsSwitch, String, String),
     /// The rails at a conversion.
     Rails {
         /// True time, s.
@@ -134,7 +146,8 @@ fn f64s(name: &str) -> Field {
 
 #[derive(Default)]
 struct Pending {
-    segments: Vec<Segment>,
+    segments: Vec<(Segment, Option<SegmentState>)>,
+    switches: Vec<(DvfsSwitch, String, String)>,
     rails: Vec<(f64, u64, Vec<RailState>)>,
     executions: Vec<(Execution, String)>,
     logger: Vec<LoggerSample>,
@@ -143,7 +156,9 @@ struct Pending {
 impl Pending {
     fn add(&mut self, row: Row) {
         match row {
-            Row::Segment(s) => self.segments.push(s),
+            Row::Segment(s) => self.segments.push((s, None)),
+            Row::GpuSegment(s, state) => self.segments.push((s, Some(state))),
+            Row::DvfsSwitch(d, from, to) => self.switches.push((d, from, to)),
             Row::Rails {
                 t_s,
                 device_tick,
@@ -175,20 +190,23 @@ impl Truth {
             path: clocks,
             error,
         })?;
-        let mut segments = Table::create(
-            dir,
-            "gpu_power.arrow",
-            [
-                "start_s",
-                "end_s",
-                "power_w",
-                "util_compute",
-                "util_memory",
-                "util_other",
-            ]
-            .map(f64s)
-            .to_vec(),
-        )?;
+        let mut segment_fields = [
+            "start_s",
+            "end_s",
+            "power_w",
+            "util_compute",
+            "util_memory",
+            "util_other",
+        ]
+        .map(f64s)
+        .to_vec();
+        segment_fields.extend([
+            Field::new("dvfs_level", DataType::UInt32, true),
+            Field::new("frequency_hz", DataType::Float64, true),
+            Field::new("voltage_v", DataType::Float64, true),
+            Field::new("temperature_c", DataType::Float64, true),
+        ]);
+        let mut segments = Table::create(dir, "gpu_power.arrow", segment_fields)?;
         let mut rail_fields = vec![
             f64s("t_s"),
             Field::new("device_tick", DataType::UInt64, false),
@@ -230,6 +248,19 @@ impl Truth {
                 f64s("power_w"),
             ],
         )?;
+        let mut dvfs = Table::create(
+            dir,
+            "dvfs.arrow",
+            vec![
+                f64s("request_s"),
+                f64s("effective_s"),
+                Field::new("from_level", DataType::UInt32, false),
+                Field::new("to_level", DataType::UInt32, false),
+                Field::new("from", DataType::Utf8, false),
+                Field::new("to", DataType::Utf8, false),
+                Field::new("cause", DataType::Utf8, false),
+            ],
+        )?;
         let (tx, rx) = mpsc::channel::<Row>();
         let thread = std::thread::Builder::new()
             .name("twin-truth".into())
@@ -249,9 +280,16 @@ impl Truth {
                         write_rails(&mut rail_table, &mut p.rails)?;
                         write_executions(&mut executions, &mut p.executions)?;
                         write_logger(&mut logger, &mut p.logger)?;
+                        write_switches(&mut dvfs, &mut p.switches)?;
                     }
                     if closed {
-                        for t in [&mut segments, &mut rail_table, &mut executions, &mut logger] {
+                        for t in [
+                            &mut segments,
+                            &mut rail_table,
+                            &mut executions,
+                            &mut logger,
+                            &mut dvfs,
+                        ] {
                             t.finish()?;
                         }
                         return Ok(());
@@ -301,12 +339,25 @@ fn col(mut b: Float64Builder) -> ArrayRef {
     Arc::new(b.finish())
 }
 
-fn write_segments(t: &mut Table, rows: &mut Vec<Segment>) -> Result<(), TruthError> {
+fn write_segments(
+    t: &mut Table,
+    rows: &mut Vec<(Segment, Option<SegmentState>)>,
+) -> Result<(), TruthError> {
     let f = |g: fn(&Segment) -> f64| {
         let mut b = Float64Builder::with_capacity(rows.len());
-        rows.iter().for_each(|s| b.append_value(g(s)));
+        rows.iter().for_each(|(s, _)| b.append_value(g(s)));
         col(b)
     };
+    let state = |g: fn(&SegmentState) -> Option<f64>| {
+        let mut b = Float64Builder::with_capacity(rows.len());
+        rows.iter()
+            .for_each(|(_, s)| b.append_option(s.as_ref().and_then(g)));
+        col(b)
+    };
+    let mut level = UInt32Builder::with_capacity(rows.len());
+    for (_, s) in rows.iter() {
+        level.append_option(s.map(|s| s.dvfs_level as u32));
+    }
     let cols = vec![
         f(|s| s.start_s),
         f(|s| s.end_s),
@@ -314,6 +365,47 @@ fn write_segments(t: &mut Table, rows: &mut Vec<Segment>) -> Result<(), TruthErr
         f(|s| s.util.compute),
         f(|s| s.util.memory),
         f(|s| s.util.other),
+        Arc::new(level.finish()),
+        state(|s| s.frequency_hz),
+        state(|s| s.voltage_v),
+        state(|s| s.temperature_c),
+    ];
+    rows.clear();
+    t.write(cols)
+}
+
+fn write_switches(
+    t: &mut Table,
+    rows: &mut Vec<(DvfsSwitch, String, String)>,
+) -> Result<(), TruthError> {
+    let n = rows.len();
+    let mut request = Float64Builder::with_capacity(n);
+    let mut effective = Float64Builder::with_capacity(n);
+    let mut from_level = UInt32Builder::with_capacity(n);
+    let mut to_level = UInt32Builder::with_capacity(n);
+    let mut from = StringBuilder::new();
+    let mut to = StringBuilder::new();
+    let mut cause = StringBuilder::new();
+    for (d, f, t) in rows.iter() {
+        request.append_value(d.request_s);
+        effective.append_value(d.effective_s);
+        from_level.append_value(d.from as u32);
+        to_level.append_value(d.to as u32);
+        from.append_value(f);
+        to.append_value(t);
+        cause.append_value(match d.cause {
+            SwitchCause::Request => "request",
+            SwitchCause::Launch => "launch",
+        });
+    }
+    let cols: Vec<ArrayRef> = vec![
+        col(request),
+        col(effective),
+        Arc::new(from_level.finish()),
+        Arc::new(to_level.finish()),
+        Arc::new(from.finish()),
+        Arc::new(to.finish()),
+        Arc::new(cause.finish()),
     ];
     rows.clear();
     t.write(cols)

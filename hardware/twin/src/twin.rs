@@ -7,7 +7,10 @@ use std::path::Path;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
-use crate::gpu::{ClockConfig, ClockRead, Execution, Gpu, GpuClock, HostLaunch, HostLaunches};
+use crate::gpu::{
+    ClockConfig, ClockRead, DvfsSwitch, Execution, Gpu, GpuClock, HostDvfsRequest, HostLaunch,
+    HostLaunches, CURRENT_DVFS_LEVEL,
+};
 use crate::logger::{Logger, LoggerSample};
 use crate::mcu::{Hardware, Mcu, McuConfig, TwinError, TwinStats};
 use crate::random::rng;
@@ -17,7 +20,8 @@ use crate::scenario::Loaded;
 use crate::truth::{Row, Truth};
 use std::time::Instant;
 
-/// Most logger samples and executions kept for readers (older ones are dropped, counted).
+/// Most logger samples, executions and DVFS switches kept for readers (older ones are
+/// dropped, counted).
 const KEEP: usize = 1_000_000;
 
 /// What the GPU side produced, for the host's logger reader and GPU runner.
@@ -27,8 +31,10 @@ pub struct GpuOutputs {
     pub logger: VecDeque<LoggerSample>,
     /// Kernel executions, oldest first.
     pub executions: VecDeque<Execution>,
-    /// Reports and executions dropped because nobody read them.
+    /// Reports and executions (and DVFS switches) dropped because nobody read them.
     pub dropped: u64,
+    /// DVFS switches that have taken effect, oldest first.
+    pub dvfs_switches: VecDeque<DvfsSwitch>,
 }
 
 /// A running twin.
@@ -88,6 +94,7 @@ impl Twin {
         };
         let tx = truth.as_ref().and_then(Truth::sender);
         let kernel_names: Vec<String> = s.kernels.iter().map(|k| k.name.clone()).collect();
+        let level_names: Vec<String> = s.gpu.dvfs.iter().map(|d| d.name.clone()).collect();
         let rig = loaded.rig.clone();
         let outputs = Arc::new(Mutex::new(GpuOutputs::default()));
         let out = outputs.clone();
@@ -110,11 +117,11 @@ impl Twin {
             let segment_tx = tx.clone();
             let next_segment = move || {
                 let mut side = feed.borrow_mut();
-                let seg = side.0.next_segment();
+                let (seg, state) = side.0.next_segment_with_state();
                 // Segments come in order and contiguous: the logger cannot refuse them.
                 let _ = side.1.push(&seg);
                 if let Some(t) = &segment_tx {
-                    let _ = t.send(Row::Segment(seg));
+                    let _ = t.send(Row::GpuSegment(seg, state));
                 }
                 seg
             };
@@ -123,9 +130,10 @@ impl Twin {
                 let mut side = side.borrow_mut();
                 let (gpu, logger) = &mut *side;
                 let mut o = out.lock().unwrap_or_else(|p| p.into_inner());
-                let from = (o.logger.len(), o.executions.len());
+                let from = (o.logger.len(), o.executions.len(), o.dvfs_switches.len());
                 o.logger.extend(logger.drain_samples());
                 o.executions.extend(gpu.drain_executions());
+                o.dvfs_switches.extend(gpu.drain_dvfs_switches());
                 if let Some(t) = &tx {
                     for l in o.logger.range(from.0..) {
                         let _ = t.send(Row::Logger(*l));
@@ -134,14 +142,20 @@ impl Twin {
                         let name = kernel_names.get(e.kernel).cloned().unwrap_or_default();
                         let _ = t.send(Row::Execution(e.clone(), name));
                     }
+                    for d in o.dvfs_switches.range(from.2..) {
+                        let name = |l: usize| level_names.get(l).cloned().unwrap_or_default();
+                        let _ = t.send(Row::DvfsSwitch(*d, name(d.from), name(d.to)));
+                    }
                 }
-                let (extra_logger, extra_exec) = (
+                let (extra_logger, extra_exec, extra_switch) = (
                     o.logger.len().saturating_sub(KEEP),
                     o.executions.len().saturating_sub(KEEP),
+                    o.dvfs_switches.len().saturating_sub(KEEP),
                 );
                 o.logger.drain(..extra_logger);
                 o.executions.drain(..extra_exec);
-                o.dropped += (extra_logger + extra_exec) as u64;
+                o.dvfs_switches.drain(..extra_switch);
+                o.dropped += (extra_logger + extra_exec + extra_switch) as u64;
             });
             let on_sample = rails_tx.map(|t| {
                 Box::new(move |t_s: f64, device_tick: u64, rails: Vec<RailState>| {
@@ -205,6 +219,11 @@ impl Twin {
         &self.kernels
     }
 
+    /// The DVFS levels of the scenario, by name (empty when it configures none).
+    pub fn dvfs_levels(&self) -> &[String] {
+        &self.dvfs
+    }
+
     /// A host read of the GPU's timestamp counter, issued now, with the scenario's read
     /// latency and jitter (true times in the result).
     pub fn read_gpu_clock(&self) -> ClockRead {
@@ -222,10 +241,14 @@ impl Twin {
         self.host.lock().unwrap_or_else(|p| p.into_inner()).active = true;
     }
 
-    /// Launches `count` executions of `kernel` back to back at DVFS level `dvfs` (the
-    /// first level when None), now, as a GPU runner would. From the first call on the host
-    /// drives the GPU: the scenario's workload stops at the end of its current step.
-    /// Returns the true time of the call, s.
+    /// Launches `count` executions of `kernel` back to back at DVFS level `dvfs`, now, as a
+    /// GPU runner would. With a level other than the one the GPU is at or switching to,
+    /// the switch is asked for at the launch and the train's first execution waits for it
+    /// (`gpu.dvfs_switch_latency_s`); with None the train runs at the GPU's current level
+    /// (the first level until a level is asked for), switching wherever a requested
+    /// switch takes effect. From the first call on the host drives the GPU: the
+    /// scenario's workload stops at the end of its current step. Returns the true time of
+    /// the call, s.
     pub fn launch(&self, kernel: &str, count: u32, dvfs: Option<&str>) -> Result<f64, LaunchError> {
         let list = |v: &[String]| v.join(", ");
         let k = self
@@ -234,7 +257,7 @@ impl Twin {
             .position(|n| n == kernel)
             .ok_or_else(|| LaunchError::Kernel(kernel.into(), list(&self.kernels)))?;
         let level = match dvfs {
-            None => 0,
+            None => CURRENT_DVFS_LEVEL,
             Some(d) => self
                 .dvfs
                 .iter()
@@ -250,6 +273,28 @@ impl Twin {
             count: count.max(1),
             dvfs: level,
         });
+        Ok(at_s)
+    }
+
+    /// Asks for DVFS level `level` now, as a host's clock-setting call (`rocm-smi
+    /// --setsclk`, or a frequency-setting operation on its own stream) would: the GPU's
+    /// level, and so its speed and, with `[gpu.power_model]`, its power (idle included),
+    /// changes `gpu.dvfs_switch_latency_s` after the call, even in the middle of a
+    /// kernel. Like [`Twin::launch`], it makes the host drive the GPU: the scenario's
+    /// workload stops at the end of its current step. Every switch is recorded in
+    /// [`GpuOutputs::dvfs_switches`] and in the truth's `dvfs.arrow`. Returns the true
+    /// time of the call, s.
+    pub fn request_dvfs(&self, level: &str) -> Result<f64, LaunchError> {
+        let index = self
+            .dvfs
+            .iter()
+            .position(|n| n == level)
+            .ok_or_else(|| LaunchError::Dvfs(level.into(), self.dvfs.join(", ")))?;
+        let at_s = self.now_s();
+        let mut h = self.host.lock().unwrap_or_else(|p| p.into_inner());
+        h.active = true;
+        h.dvfs_requests
+            .push_back(HostDvfsRequest { at_s, level: index });
         Ok(at_s)
     }
 

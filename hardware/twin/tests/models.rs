@@ -498,6 +498,9 @@ fn quiet_gpu() -> GpuConfig {
             read_jitter_s: 0.0,
             read_latch_fraction: 0.5,
         },
+        dvfs_switch_latency_s: 0.0,
+        power_model: None,
+        thermal: None,
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, UInt64Type};
-use arrow_array::RecordBatch;
+use arrow_array::{Array, RecordBatch};
 use arrow_ipc::reader::StreamReader;
 use railtrace_protocol::{encode_frame_vec, Configure, Message};
 use railtrace_twin::trace::{PowerTrace, Segment, Util};
@@ -77,6 +77,22 @@ fn the_twin_writes_a_consistent_truth() {
     for i in 1..starts.len() {
         assert_eq!(starts[i], ends[i - 1], "contiguous at {i}");
     }
+    // The GPU's state over each segment: the default scenario stays at its first DVFS
+    // level and models no temperature; it switches no level.
+    for b in &g {
+        let level = b
+            .column_by_name("dvfs_level")
+            .unwrap()
+            .as_primitive::<arrow_array::types::UInt32Type>();
+        assert!(level.values().iter().all(|&l| l == 0));
+        let t = b.column_by_name("temperature_c").unwrap();
+        assert_eq!(t.null_count(), t.len());
+    }
+    assert!(column(&g, "frequency_hz").iter().all(|&f| f == 2.1e9));
+    assert!(column(&g, "voltage_v").iter().all(|&v| v == 0.95));
+    let d = read(&dir.join("dvfs.arrow"));
+    assert_eq!(d.iter().map(RecordBatch::num_rows).sum::<usize>(), 0);
+
     let trace = PowerTrace::from_segments((0..starts.len()).map(|i| Segment {
         start_s: starts[i],
         end_s: ends[i],

@@ -4,6 +4,7 @@ pub mod capture;
 pub mod correct;
 pub mod demo;
 pub mod devices;
+pub mod dvfs;
 pub mod export;
 pub mod import;
 pub mod info;

@@ -212,6 +212,52 @@ fn open_trigger(args: &Args) -> anyhow::Result<Box<dyn TriggerOut>> {
     })
 }
 
+/// Runs `run` while the rig on `port` is captured into `rig_out` (at `rate_hz`, the
+/// device's highest when not given) in the background, from its first sample to `run`'s
+/// end.
+pub fn with_rig<T>(
+    port: &std::path::Path,
+    rig_out: &std::path::Path,
+    rate_hz: Option<u32>,
+    run: impl FnOnce() -> anyhow::Result<T>,
+) -> anyhow::Result<(T, railtrace::capture::Summary)> {
+    let config = Config {
+        port: port.to_path_buf(),
+        output: rig_out.to_path_buf(),
+        rig: None,
+        rate_hz,
+        channels: None,
+        averaging: 1,
+        duration: None,
+        reconnect_wait: Duration::from_secs(10),
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let counters = Arc::new(Counters::default());
+    let rig = {
+        let (stop, counters) = (stop.clone(), counters.clone());
+        std::thread::spawn(move || capture(&config, &stop, &counters, |_| {}))
+    };
+    let started = Instant::now();
+    while counters.samples.load(Ordering::Relaxed) == 0 {
+        if rig.is_finished() || started.elapsed() > Duration::from_secs(10) {
+            stop.store(true, Ordering::Relaxed);
+            let why = match rig.join() {
+                Ok(Err(e)) => e.to_string(),
+                _ => "no samples within 10 s".into(),
+            };
+            anyhow::bail!("the rig's capture did not start: {why}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let result = run();
+    stop.store(true, Ordering::Relaxed);
+    let summary = rig
+        .join()
+        .map_err(|_| anyhow::anyhow!("the rig's capture panicked"))?;
+    let result = result?;
+    Ok((result, summary.context("the rig's capture failed")?))
+}
+
 /// Where a profiling run goes and how the rig captures it.
 #[derive(Debug, Clone)]
 pub struct Run {
@@ -245,60 +291,29 @@ pub fn profile(
     trigger: &mut dyn TriggerOut,
 ) -> anyhow::Result<()> {
     let rig_out = rig_path(&args.output);
-    let config = Config {
-        port: port.to_path_buf(),
-        output: rig_out.clone(),
-        rig: None,
-        rate_hz: args.rate_hz,
-        channels: None,
-        averaging: 1,
-        duration: None,
-        reconnect_wait: Duration::from_secs(10),
-    };
-    let stop = Arc::new(AtomicBool::new(false));
-    let counters = Arc::new(Counters::default());
-    let rig = {
-        let (stop, counters) = (stop.clone(), counters.clone());
-        std::thread::spawn(move || capture(&config, &stop, &counters, |_| {}))
-    };
-    let started = Instant::now();
-    while counters.samples.load(Ordering::Relaxed) == 0 {
-        if rig.is_finished() || started.elapsed() > Duration::from_secs(10) {
-            stop.store(true, Ordering::Relaxed);
-            let why = match rig.join() {
-                Ok(Err(e)) => e.to_string(),
-                _ => "no samples within 10 s".into(),
-            };
-            anyhow::bail!("the rig's capture did not start: {why}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let bar = indicatif::ProgressBar::new(plan.runs as u64);
-    let acquired = acquire(
-        runner,
-        logger,
-        trigger,
-        plan,
-        &args.output,
-        serde_json::json!({
-            "scenario": args.scenario.as_ref().map(|p| p.display().to_string()),
-            "rig_recording": rig_out.display().to_string(),
-            "rig_port": port.display().to_string(),
-        }),
-        |n| {
-            bar.set_position(n.runs as u64);
-            if let Some(p) = n.planned_runs {
-                bar.set_message(format!("the planner estimates {p} runs for the target"));
-            }
-        },
-    );
-    bar.finish_and_clear();
-    stop.store(true, Ordering::Relaxed);
-    let rig_summary = rig
-        .join()
-        .map_err(|_| anyhow::anyhow!("the rig's capture panicked"))?;
-    let acquired = acquired?;
-    let rig_summary = rig_summary.context("the rig's capture failed")?;
+    let (acquired, rig_summary) = with_rig(port, &rig_out, args.rate_hz, || {
+        let bar = indicatif::ProgressBar::new(plan.runs as u64);
+        let acquired = acquire(
+            runner,
+            logger,
+            trigger,
+            plan,
+            &args.output,
+            serde_json::json!({
+                "scenario": args.scenario.as_ref().map(|p| p.display().to_string()),
+                "rig_recording": rig_out.display().to_string(),
+                "rig_port": port.display().to_string(),
+            }),
+            |n| {
+                bar.set_position(n.runs as u64);
+                if let Some(p) = n.planned_runs {
+                    bar.set_message(format!("the planner estimates {p} runs for the target"));
+                }
+            },
+        );
+        bar.finish_and_clear();
+        Ok(acquired?)
+    })?;
     if let Some((e, confidence)) = args.target_error {
         eprintln!(
             "railtrace profile: target {:.2} % at {:.0} % confidence {} after {} runs (planner's estimate: {})",

@@ -141,6 +141,29 @@ pub trait GpuRunner {
         launch: &Launch,
         trigger: &mut dyn crate::trigger::TriggerOut,
     ) -> Result<Vec<ExecutionRecord>, GpuError>;
+    /// The DVFS levels the runner can ask for, by name (none by default).
+    fn dvfs_levels(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// Asks the GPU for DVFS level `level` between two host clock reads (unsupported by
+    /// default).
+    fn request_dvfs(&mut self, level: &str) -> Result<DvfsRequest, GpuError> {
+        Err(GpuError::Unsupported(format!(
+            "{}: this runner cannot set DVFS levels (asked for {level:?})",
+            self.describe()
+        )))
+    }
+}
+
+/// A DVFS level asked for, bracketed by the host's clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DvfsRequest {
+    /// The level.
+    pub level: String,
+    /// Host time just before the request, ns since the Unix epoch.
+    pub host_before_ns: i64,
+    /// Host time just after it returned, ns since the Unix epoch.
+    pub host_after_ns: i64,
 }
 
 /// The GPU's own power logger.

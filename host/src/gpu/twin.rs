@@ -12,7 +12,8 @@ use railtrace_twin::logger::Stamp as TwinStamp;
 use railtrace_twin::Twin;
 
 use super::{
-    ClockRead, ExecutionRecord, GpuError, GpuRunner, Launch, LoggerReading, PowerLogger, Stamp,
+    ClockRead, DvfsRequest, ExecutionRecord, GpuError, GpuRunner, Launch, LoggerReading,
+    PowerLogger, Stamp,
 };
 use crate::trigger::{Driven, TriggerError, TriggerOut};
 
@@ -93,6 +94,23 @@ impl GpuRunner for TwinRunner<'_> {
 
     fn clock_hz(&self) -> f64 {
         self.gpu.twin.gpu_clock().rate_hz()
+    }
+
+    fn dvfs_levels(&self) -> Vec<String> {
+        self.gpu.twin.dvfs_levels().to_vec()
+    }
+
+    fn request_dvfs(&mut self, level: &str) -> Result<DvfsRequest, GpuError> {
+        let twin = self.gpu.twin;
+        let host_before_ns = twin.unix_ns(twin.now_s());
+        let at_s = twin
+            .request_dvfs(level)
+            .map_err(|e| GpuError::Unsupported(e.to_string()))?;
+        Ok(DvfsRequest {
+            level: level.into(),
+            host_before_ns: host_before_ns.min(twin.unix_ns(at_s)),
+            host_after_ns: twin.unix_ns(twin.now_s()),
+        })
     }
 
     fn read_clock(&mut self) -> Result<ClockRead, GpuError> {

@@ -1,0 +1,213 @@
+//! `railtrace dvfs latency`: how long a DVFS switch takes, from the host's request to the
+//! power step on the rig.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use railtrace::dvfs::{acquire, latencies, Latencies, Options, Plan};
+use railtrace::gpu::twin::{TwinGpu, TwinTrigger};
+use railtrace::gpu::GpuRunner;
+use railtrace::profile::rig_path;
+
+use super::profile::with_rig;
+
+/// DVFS measurements.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    what: What,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum What {
+    /// Asks the GPU for DVFS levels in turn, the rig capturing, and measures each switch's
+    /// latency: from the host's request to the power step on the rig (half-way between
+    /// the two levels); prints the distribution.
+    Latency {
+        /// Analyse this run (`railtrace dvfs latency -o FILE` made it) instead of making
+        /// one.
+        #[arg(long)]
+        input: Option<PathBuf>,
+        /// The GPU: `twin` (the digital twin's; no hardware needed).
+        #[arg(long, default_value = "twin")]
+        gpu: String,
+        /// The twin's scenario; the built-in `hardware/scenarios/dvfs.toml` (three levels,
+        /// a power model, a 1 ms switch) when not given.
+        #[arg(long)]
+        scenario: Option<PathBuf>,
+        /// The levels to ask for in turn, comma-separated; every level of the GPU when
+        /// not given.
+        #[arg(long, value_delimiter = ',')]
+        levels: Vec<String>,
+        /// Requests to make.
+        #[arg(long, default_value_t = 100)]
+        switches: usize,
+        /// Shortest and longest random wait before each request, ms (longer than a
+        /// switch takes).
+        #[arg(long, num_args = 2, value_names = ["MIN", "MAX"], default_values_t = [30.0, 50.0])]
+        wait_ms: Vec<f64>,
+        /// Look for each step at most this long after its request, ms.
+        #[arg(long, default_value_t = 25.0)]
+        window_ms: f64,
+        /// The rig's sample rate, Hz; the device's highest when not given.
+        #[arg(long)]
+        rate: Option<u32>,
+        /// The run's recording; the rig's capture goes beside it as `<name>.rig.arrow`.
+        #[arg(long, short, default_value = "dvfs.arrow")]
+        output: PathBuf,
+        /// A picture of the distribution and of the steps (PNG or SVG by extension).
+        #[arg(long)]
+        plot: Option<PathBuf>,
+        /// Seed of the waits.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Print every switch and the summary as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// The built-in DVFS scenario.
+const DVFS_SCENARIO: &str = include_str!("../../../hardware/scenarios/dvfs.toml");
+
+/// Runs `railtrace dvfs`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let What::Latency {
+        input,
+        gpu,
+        scenario,
+        levels,
+        switches,
+        wait_ms,
+        window_ms,
+        rate,
+        output,
+        plot,
+        seed,
+        json,
+    } = args.what;
+    let o = Options {
+        window_s: window_ms * 1e-3,
+        ..Options::default()
+    };
+    anyhow::ensure!(o.window_s > 0.0, "--window-ms {window_ms}: must be > 0");
+    let run = match input {
+        Some(p) => p,
+        None => {
+            anyhow::ensure!(
+                gpu == "twin",
+                "--gpu {gpu}: only `twin` can be switched here so far"
+            );
+            let (lo, hi) = (wait_ms[0], wait_ms[1]);
+            anyhow::ensure!(
+                lo >= 0.0 && hi >= lo,
+                "--wait-ms {lo} {hi}: need 0 <= MIN <= MAX"
+            );
+            let loaded = match &scenario {
+                Some(p) => railtrace_twin::load_scenario(p)?,
+                None => railtrace_twin::scenario::parse("dvfs.toml", DVFS_SCENARIO, |_| {
+                    Ok((
+                        "pcie-2x8pin.toml".into(),
+                        railtrace_twin::scenario::DEFAULT_RIG.into(),
+                    ))
+                })
+                .context("the built-in DVFS scenario")?,
+            };
+            let twin = railtrace_twin::Twin::start(&loaded).context("the twin did not start")?;
+            let gpu = TwinGpu::new(&twin);
+            let mut runner = gpu.runner(seed);
+            let plan = Plan {
+                levels: if levels.is_empty() {
+                    runner.dvfs_levels()
+                } else {
+                    levels
+                },
+                switches,
+                wait_s: (lo * 1e-3, hi * 1e-3),
+                trigger_line: 0,
+                seed,
+            };
+            anyhow::ensure!(
+                plan.levels.len() >= 2,
+                "need two DVFS levels or more to switch between (have: {})",
+                plan.levels.join(", ")
+            );
+            let rig_out = rig_path(&output);
+            let result = with_rig(twin.path(), &rig_out, rate, || {
+                let bar = indicatif::ProgressBar::new(switches as u64);
+                let n = acquire(
+                    &mut runner,
+                    &mut TwinTrigger::new(&twin, 0),
+                    &plan,
+                    &output,
+                    serde_json::json!({
+                        "scenario": scenario.as_ref().map(|p| p.display().to_string()),
+                        "rig_recording": rig_out.display().to_string(),
+                    }),
+                    |i| bar.set_position(i as u64),
+                );
+                bar.finish_and_clear();
+                Ok(n?)
+            });
+            twin.stop().context("the twin failed")?;
+            let (n, rig) = result?;
+            eprintln!(
+                "railtrace dvfs: {n} requests in {}; rig: {} samples, {} frames lost, {} gaps in {}",
+                output.display(),
+                rig.progress.samples,
+                rig.progress.frames_lost,
+                rig.progress.gaps,
+                rig_out.display()
+            );
+            output
+        }
+    };
+    let l = latencies(&run, &rig_path(&run), &o)?;
+    if let Some(p) = &plot {
+        railtrace::dvfs::plot(&l, &run, p)?;
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&l)?);
+    }
+    print(&l);
+    Ok(())
+}
+
+fn print(l: &Latencies) {
+    let ms = |s: f64| s * 1e3;
+    eprintln!(
+        "railtrace dvfs: {} of {} switches seen; latency median {:.3} ms, 5-95 % {:.3}-{:.3} ms, mean {:.3} ± {:.3} ms (SD); device link {:.2} µs RMS",
+        l.found,
+        l.switches.len(),
+        ms(l.median_s),
+        ms(l.p05_s),
+        ms(l.p95_s),
+        ms(l.mean_s),
+        ms(l.sd_s),
+        l.device.rms_s * 1e6
+    );
+    let mut levels: Vec<&str> = l.switches.iter().map(|s| s.level.as_str()).collect();
+    levels.sort_unstable();
+    levels.dedup();
+    for level in levels {
+        let v: Vec<f64> = l
+            .switches
+            .iter()
+            .filter(|s| s.level == level)
+            .filter_map(|s| s.latency_s)
+            .collect();
+        if let Some(step) = l
+            .switches
+            .iter()
+            .find(|s| s.level == level && s.before_w.is_some())
+        {
+            eprintln!(
+                "  to {level:<8} {} switches, mean {:.3} ms (e.g. {:.1} W -> {:.1} W)",
+                v.len(),
+                ms(v.iter().sum::<f64>() / v.len().max(1) as f64),
+                step.before_w.unwrap_or(f64::NAN),
+                step.after_w.unwrap_or(f64::NAN)
+            );
+        }
+    }
+}
