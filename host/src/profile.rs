@@ -238,6 +238,21 @@ pub fn acquire(
     if !kernels.contains(&plan.launch.kernel) {
         return Err(GpuError::UnknownKernel(plan.launch.kernel.clone(), kernels.join(", ")).into());
     }
+    if let Some(level) = &plan.launch.dvfs {
+        let levels = runner.dvfs_levels();
+        if !levels.contains(level) {
+            return Err(GpuError::Unsupported(format!(
+                "{}: no DVFS level {level:?} (it has: {})",
+                runner.describe(),
+                if levels.is_empty() {
+                    "none".to_string()
+                } else {
+                    levels.join(", ")
+                }
+            ))
+            .into());
+        }
+    }
     let epoch_ns = host_now_ns();
     let hz = runner.clock_hz();
     let l = &plan.launch;
@@ -256,6 +271,7 @@ pub fn acquire(
             "runs": plan.runs,
             "warmup": l.warmup,
             "count": l.count,
+            "dvfs": l.dvfs,
             "delay_s": [l.delay_s.0, l.delay_s.1],
             "gpu": runner.describe(),
             "gpu_clock_hz": hz,

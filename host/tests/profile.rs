@@ -71,6 +71,7 @@ fn run_trains(
             delay_s: (1e-3, 3e-3),
             warmup: 0,
             count,
+            dvfs: None,
         },
         runs,
         clock_reads: 5,

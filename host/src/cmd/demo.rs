@@ -118,6 +118,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             delay_s: (lo * 1e-3, hi * 1e-3),
             warmup: 0,
             count: 1,
+            dvfs: None,
         },
         runs: args.runs,
         clock_reads: 5,

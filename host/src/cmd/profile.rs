@@ -83,6 +83,10 @@ pub struct Args {
     /// The rig's sample rate, Hz; the device's highest when not given.
     #[arg(long)]
     rate: Option<u32>,
+    /// The DVFS level to run the kernel at (the twin's scenario names them, e.g. `high`,
+    /// `mid`, `low`); the GPU's current one when not given.
+    #[arg(long)]
+    dvfs: Option<String>,
 }
 
 /// Runs `railtrace profile`.
@@ -105,6 +109,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             delay_s: (lo * 1e-3, hi * 1e-3),
             warmup: args.warmup,
             count: args.count,
+            dvfs: args.dvfs.clone(),
         },
         runs: args.runs.unwrap_or(if args.target_error.is_some() {
             20_000

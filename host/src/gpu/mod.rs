@@ -77,6 +77,9 @@ pub struct Launch {
     pub warmup: u32,
     /// Executions back to back in the train (1: a single execution).
     pub count: u32,
+    /// The DVFS level to run the train at ([`GpuRunner::dvfs_levels`]; None: the GPU's
+    /// current one).
+    pub dvfs: Option<String>,
 }
 
 /// One kernel execution as the GPU recorded it.

@@ -174,6 +174,12 @@ impl GpuRunner for RocmRunner {
         launch: &Launch,
         trigger: &mut dyn TriggerOut,
     ) -> Result<Vec<ExecutionRecord>, GpuError> {
+        if let Some(level) = &launch.dvfs {
+            return Err(GpuError::Unsupported(format!(
+                "{}: setting DVFS level {level:?} is not supported yet",
+                self.describe()
+            )));
+        }
         let memset = match launch.kernel.as_str() {
             "memset" => true,
             "memcpy" => false,
@@ -281,6 +287,7 @@ mod tests {
                 delay_s: (0.0, 0.001),
                 warmup: 2,
                 count: 5,
+                dvfs: None,
             };
             let recs = r.run(&launch, &mut edges).unwrap();
             assert_eq!(recs.len(), 7);
@@ -303,6 +310,7 @@ mod tests {
                 delay_s: (0.0, 0.0),
                 warmup: 0,
                 count: 1,
+                dvfs: None,
             },
             &mut edges,
         );

@@ -138,8 +138,13 @@ impl GpuRunner for TwinRunner<'_> {
         let other = |e: TriggerError| GpuError::Other(e.to_string());
         trigger.set(true).map_err(other)?;
         let at_s = twin
-            .launch(&launch.kernel, count, None)
-            .map_err(|e| GpuError::UnknownKernel(launch.kernel.clone(), e.to_string()))?;
+            .launch(&launch.kernel, count, launch.dvfs.as_deref())
+            .map_err(|e| match e {
+                railtrace_twin::twin::LaunchError::Kernel(k, known) => {
+                    GpuError::UnknownKernel(k, known)
+                }
+                other => GpuError::Unsupported(other.to_string()),
+            })?;
         // Wait for the train's last execution to have run in the twin's real time.
         let deadline = Instant::now() + Duration::from_secs(5);
         let mut train = Vec::new();
