@@ -110,6 +110,8 @@ pub struct Reference {
     p: Vec<f64>,
     /// Running integral at each sample, J, from the first sample.
     e: Vec<f64>,
+    /// The median sample interval, s (the search and its tolerances ask for it often).
+    spacing_s: f64,
 }
 
 impl Reference {
@@ -154,8 +156,11 @@ impl Reference {
             acc += 0.5 * (power_w[i - 1] + power_w[i]) * (t[i] - t[i - 1]);
             e.push(acc);
         }
+        let mut d: Vec<f64> = t.windows(2).map(|w| w[1] - w[0]).collect();
+        d.sort_by(f64::total_cmp);
         Ok(Reference {
             origin_s,
+            spacing_s: d[d.len() / 2],
             t,
             p: power_w.to_vec(),
             e,
@@ -184,9 +189,7 @@ impl Reference {
 
     /// Median spacing of the samples, s.
     pub fn median_spacing_s(&self) -> f64 {
-        let mut d: Vec<f64> = self.t.windows(2).map(|w| w[1] - w[0]).collect();
-        d.sort_by(f64::total_cmp);
-        d[d.len() / 2]
+        self.spacing_s
     }
 
     /// The interpolated power at `t_s`, W.
@@ -946,8 +949,6 @@ struct Engine<'r> {
     /// Whole periods of delay searched: `m_lo..m_hi` (negative: an advance).
     m_lo: i64,
     m_hi: i64,
-    /// The reference's median sample spacing, s.
-    spacing_s: f64,
 }
 
 /// Readings whose distances to the update grid differ by less than this many periods are
@@ -988,7 +989,6 @@ impl<'r> Engine<'r> {
             t_mid,
             m_lo: -(advance as i64),
             m_hi: (delay as i64).max(1),
-            spacing_s: reference.median_spacing_s(),
         }
     }
 
@@ -999,7 +999,7 @@ impl<'r> Engine<'r> {
     /// Without it, a reading or two set apart by their stamps' rounding made an
     /// assignment one period off for the rest that won by the noise of those readings.
     fn tie(&self, period: f64) -> f64 {
-        (TIE * period).max(0.1 * self.spacing_s)
+        (TIE * period).max(0.1 * self.reference.median_spacing_s())
     }
 
     /// The best delay (exactly, over all assignments) with least-squares gain and offset.

@@ -494,15 +494,14 @@ pub fn analyse(
 ) -> Result<Analysis, AnalysisError> {
     let math = |e: &dyn std::fmt::Display| AnalysisError::Math(e.to_string());
     let g = gpu_side(&recording::read(profile_path)?)?;
-    let rig = rig_side(&recording::read(rig_path)?, g.line, g.epoch_ns)?;
     if g.executions.is_empty() {
         return Err(AnalysisError::Missing(format!(
             "{}: no executions",
             profile_path.display()
         )));
     }
-    // Device ↔ host, from the trigger edges.
-    let device = device_link(&g, &rig, o)?;
+    // Device ↔ host, from the trigger edges; the rig's samples on the host's timeline.
+    let (device, rig_t, rig_w) = rig_on_host(&g, rig_path, o)?;
     // GPU ↔ host; executions clustered by duration; the logger's readings stitched.
     let GpuView {
         gpu,
@@ -527,12 +526,7 @@ pub fn analyse(
             since_train_start_s: x.start - train_start[&e.2],
         })
         .collect();
-    // The rig's samples on the host's timeline, and each execution's energy.
-    let (rig_t, rig_w): (Vec<f64>, Vec<f64>) = rig
-        .samples
-        .iter()
-        .map(|&(d, w)| (device.map.apply(d), f64::from(w)))
-        .unzip();
+    // Each execution's energy.
     let energies: Vec<f64> = execs
         .iter()
         .map(|x| energy_trapezoid(&rig_t, &rig_w, x.start, x.end))
@@ -616,6 +610,24 @@ pub fn analyse(
     })
 }
 
+/// The rig's capture at `rig_path` of the run whose GPU side is `g`: the device → host
+/// link from the trigger edges, and the rig's sample times on the host's timeline (s
+/// since the run's epoch) with their total power.
+fn rig_on_host(
+    g: &GpuSide,
+    rig_path: &Path,
+    o: &Options,
+) -> Result<(Fit, Vec<f64>, Vec<f64>), AnalysisError> {
+    let rig = rig_side(&recording::read(rig_path)?, g.line, g.epoch_ns)?;
+    let device = device_link(g, &rig, o)?;
+    let (t, w) = rig
+        .samples
+        .iter()
+        .map(|&(d, w)| (device.map.apply(d), f64::from(w)))
+        .unzip();
+    Ok((device, t, w))
+}
+
 /// A DVFS run (`railtrace dvfs latency`): the host's requests and the rig's samples on the
 /// host's timeline (s since the run's epoch), through the device link.
 #[derive(Debug, Clone)]
@@ -637,13 +649,7 @@ pub fn dvfs_timeline(
     o: &Options,
 ) -> Result<DvfsTimeline, AnalysisError> {
     let g = gpu_side(&recording::read(run_path)?)?;
-    let rig = rig_side(&recording::read(rig_path)?, g.line, g.epoch_ns)?;
-    let device = device_link(&g, &rig, o)?;
-    let (rig_t, rig_w) = rig
-        .samples
-        .iter()
-        .map(|&(d, w)| (device.map.apply(d), f64::from(w)))
-        .unzip();
+    let (device, rig_t, rig_w) = rig_on_host(&g, rig_path, o)?;
     Ok(DvfsTimeline {
         requests: g.dvfs,
         rig_t,
@@ -674,14 +680,13 @@ pub fn timeline(
     o: &Options,
 ) -> Result<Timeline, AnalysisError> {
     let g = gpu_side(&recording::read(profile_path)?)?;
-    let rig = rig_side(&recording::read(rig_path)?, g.line, g.epoch_ns)?;
-    let device = device_link(&g, &rig, o)?;
+    let (_, rig_t, rig_w) = rig_on_host(&g, rig_path, o)?;
     let gpu = gpu_link(&g, o)?;
-    let mut t = Timeline::default();
-    for &(d, w) in &rig.samples {
-        t.rig_t.push(device.map.apply(d));
-        t.rig_w.push(f64::from(w));
-    }
+    let mut t = Timeline {
+        rig_t,
+        rig_w,
+        ..Timeline::default()
+    };
     for r in logger_readings(&g, &gpu) {
         if r.time.is_finite() {
             t.logger_t.push(r.time);

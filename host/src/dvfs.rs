@@ -48,18 +48,8 @@ pub fn acquire(
     settings: serde_json::Value,
     mut progress: impl FnMut(usize),
 ) -> Result<usize, ProfileError> {
-    let known = runner.dvfs_levels();
-    if let Some(bad) = plan.levels.iter().find(|l| !known.contains(l)) {
-        return Err(crate::gpu::GpuError::Unsupported(format!(
-            "{}: no DVFS level {bad:?} (it has: {})",
-            runner.describe(),
-            if known.is_empty() {
-                "none".to_string()
-            } else {
-                known.join(", ")
-            }
-        ))
-        .into());
+    for level in &plan.levels {
+        crate::gpu::check_dvfs_level(runner, level)?;
     }
     let epoch_ns = host_now_ns();
     let meta = Meta {
@@ -88,11 +78,7 @@ pub fn acquire(
     let mut rng = plan.seed | 1;
     let other = |e: crate::trigger::TriggerError| crate::gpu::GpuError::Other(e.to_string());
     for i in 0..plan.switches {
-        // xorshift64*: the waits need no more.
-        rng ^= rng >> 12;
-        rng ^= rng << 25;
-        rng ^= rng >> 27;
-        let u = (rng.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64;
+        let u = crate::gpu::uniform(&mut rng);
         let (lo, hi) = plan.wait_s;
         std::thread::sleep(std::time::Duration::from_secs_f64(lo + (hi - lo) * u));
         let level = &plan.levels[i % plan.levels.len()];
@@ -100,13 +86,7 @@ pub fn acquire(
         let r = runner.request_dvfs(level)?;
         let fall = trigger.set(false).map_err(other)?;
         for d in [rise, fall] {
-            w.event(&Event::Driven {
-                time_s: host_s(mid(d.host_before_ns, d.host_after_ns)),
-                line: plan.trigger_line,
-                rising: d.high,
-                host_before_ns: d.host_before_ns,
-                host_after_ns: d.host_after_ns,
-            });
+            w.event(&d.event(plan.trigger_line, epoch_ns));
         }
         w.event(&Event::DvfsRequest {
             time_s: host_s(mid(r.host_before_ns, r.host_after_ns)),

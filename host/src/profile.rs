@@ -194,14 +194,7 @@ impl Out {
 
     fn train(&mut self, execs: &[ExecutionRecord], driven: &[Driven], line: u8) {
         for d in driven {
-            let mid = d.host_before_ns + (d.host_after_ns - d.host_before_ns) / 2;
-            self.w.event(&Event::Driven {
-                time_s: self.host_s(mid),
-                line,
-                rising: d.high,
-                host_before_ns: d.host_before_ns,
-                host_after_ns: d.host_after_ns,
-            });
+            self.w.event(&d.event(line, self.epoch_ns));
             self.n.driven += 1;
         }
         for e in execs {
@@ -239,19 +232,7 @@ pub fn acquire(
         return Err(GpuError::UnknownKernel(plan.launch.kernel.clone(), kernels.join(", ")).into());
     }
     if let Some(level) = &plan.launch.dvfs {
-        let levels = runner.dvfs_levels();
-        if !levels.contains(level) {
-            return Err(GpuError::Unsupported(format!(
-                "{}: no DVFS level {level:?} (it has: {})",
-                runner.describe(),
-                if levels.is_empty() {
-                    "none".to_string()
-                } else {
-                    levels.join(", ")
-                }
-            ))
-            .into());
-        }
+        crate::gpu::check_dvfs_level(runner, level)?;
     }
     let epoch_ns = host_now_ns();
     let hz = runner.clock_hz();

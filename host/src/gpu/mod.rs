@@ -158,6 +158,32 @@ pub trait GpuRunner {
     }
 }
 
+/// That `runner` has DVFS level `level`, or an error naming the levels it has.
+pub fn check_dvfs_level(runner: &dyn GpuRunner, level: &str) -> Result<(), GpuError> {
+    let levels = runner.dvfs_levels();
+    if levels.iter().any(|l| l == level) {
+        return Ok(());
+    }
+    Err(GpuError::Unsupported(format!(
+        "{}: no DVFS level {level:?} (it has: {})",
+        runner.describe(),
+        if levels.is_empty() {
+            "none".to_string()
+        } else {
+            levels.join(", ")
+        }
+    )))
+}
+
+/// Uniform in [0, 1) from the xorshift64* generator whose state is `state` (non-zero);
+/// random delays need no more.
+pub(crate) fn uniform(state: &mut u64) -> f64 {
+    *state ^= *state >> 12;
+    *state ^= *state << 25;
+    *state ^= *state >> 27;
+    (state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+}
+
 /// A DVFS level asked for, bracketed by the host's clock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DvfsRequest {

@@ -74,12 +74,9 @@ pub struct TwinRunner<'a> {
 }
 
 impl TwinRunner<'_> {
-    /// Uniform in [0, 1) (xorshift64*; the delays need no more).
+    /// Uniform in [0, 1).
     fn uniform(&mut self) -> f64 {
-        self.rng ^= self.rng >> 12;
-        self.rng ^= self.rng << 25;
-        self.rng ^= self.rng >> 27;
-        (self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+        super::uniform(&mut self.rng)
     }
 }
 
