@@ -55,6 +55,12 @@ pub struct Args {
     /// The check on each corrected step's time, µs.
     #[arg(long, default_value_t = 20.0)]
     step_tolerance_us: f64,
+    /// The check on the corrected profile's RMS error, as a fraction of the raw stitched
+    /// profile's (the third for the default scenario; a logger whose window is
+    /// much longer than the kernel leaves the corrected tail after the kernel
+    /// noise-limited, and 1 asks only that correction not be worse than none).
+    #[arg(long, default_value_t = 1.0 / 3.0)]
+    rms_ratio: f64,
     /// Seed of the runner's random delays.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -291,14 +297,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         pass: e.abs() <= 0.02,
     });
     checks.push(Check {
-        what: "RMS error at most a third of the raw stitched profile's".into(),
+        what: format!(
+            "RMS error at most {:.3} of the raw stitched profile's",
+            args.rms_ratio
+        ),
         measured: format!(
             "{:.2} W against {:.2} W ({:.3})",
             cor.rms_w,
             raw_row.rms_w,
             cor.rms_w / raw_row.rms_w
         ),
-        pass: cor.rms_w <= raw_row.rms_w / 3.0,
+        pass: cor.rms_w <= raw_row.rms_w * args.rms_ratio,
     });
 
     // 7. The table.
