@@ -4,23 +4,26 @@
 //!   `P = P_static + Σ_m c_m·u_m·f·V²` over the modules compute, memory and other,
 //!   every coefficient ≥ 0 (non-negative least squares).
 //! - [`fit_dvfs`]: a frequency- and temperature-aware model in the spirit of the DVFS
-//!   paper (Wang et al., ASPLOS 2025), `P = P_const + a·load·f·V² + b·V·e^{γ(T − T_ref)}`,
-//!   NNLS in `(P_const, a, b)` for each `γ`, `γ` by a grid and golden-section search; or
-//!   without the temperature term (`γ = 0`).
+//!   paper (Wang et al., ASPLOS 2025), `P = P_const + (a_clk + Σ_m a_m·u_m)·f·V² +
+//!   b·V·e^{γ(T − T_ref)}`: a load-independent dynamic part (clock tree, always-on
+//!   logic) and a load-dependent one over the modules of [`MODULES`]; NNLS in
+//!   `(P_const, a_clk, a_m, b)` for each `γ`, `γ` by a grid and golden-section search;
+//!   or without the temperature term (`γ = 0`).
 //! - [`fit_time`] / [`fit_time_pieces`]: a kernel's cycles against the core clock as a
 //!   maximum of affine functions, `cycles(f) = max_j (α_j + β_j·f)` (convex, piecewise
 //!   linear), fitted exactly for one to three pieces, the number chosen by BIC.
 //! - [`mean_abs_pct_error`], [`energy_pct_error`]: validation metrics.
 //!
-//! SI units throughout: W, Hz, V, °C, s, J. The coefficients `c_m` and `a` are in
+//! SI units throughout: W, Hz, V, °C, s, J. The coefficients `c_m`, `a_clk`, `a_m` are in
 //! W/(Hz·V²) = F (an effective switched capacitance), `b` in W/V, `γ` in 1/°C, `α` in
 //! cycles and `β` in s. See `README.md` for the assumptions.
 
 use crate::logger::nnls_gram;
 use crate::ParamError;
 
-/// The modules of a [`UtilModel`], in the order of [`Observation::util`] and
-/// [`UtilModel::coef`].
+/// The modules of a [`UtilModel`] and a [`DvfsModel`], in the order of
+/// [`Observation::util`], [`UtilModel::coef`], [`DvfsObservation::util`] and
+/// [`DvfsModel::dyn_coef`].
 pub const MODULES: [&str; 3] = ["compute", "memory", "other"];
 
 /// Reference temperature of the DVFS model's leakage term, °C: `b` is the leakage per
@@ -369,8 +372,8 @@ pub fn fit_util(obs: &[Observation]) -> Result<UtilModel, ParamError> {
 /// One power observation for [`fit_dvfs`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DvfsObservation {
-    /// Load-dependent activity in `[0, 1]` (for example the dominant utilization).
-    pub load: f64,
+    /// Utilization of compute, memory and other (see [`MODULES`]), each in `[0, 1]`.
+    pub util: [f64; 3],
     /// Core clock, Hz (> 0).
     pub freq_hz: f64,
     /// Core voltage, V (> 0).
@@ -385,9 +388,9 @@ pub struct DvfsObservation {
 
 impl DvfsObservation {
     /// An observation of weight 1.
-    pub fn new(load: f64, freq_hz: f64, volt_v: f64, temp_c: f64, power_w: f64) -> Self {
+    pub fn new(util: [f64; 3], freq_hz: f64, volt_v: f64, temp_c: f64, power_w: f64) -> Self {
         DvfsObservation {
-            load,
+            util,
             freq_hz,
             volt_v,
             temp_c,
@@ -397,14 +400,18 @@ impl DvfsObservation {
     }
 }
 
-/// `P = const_w + dyn_coef·load·f·V² + leak_w_per_v·V·e^{γ(T − t_ref_c)}`, fitted by
-/// [`fit_dvfs`].
+/// `P = const_w + (clock_coef + Σ_m dyn_coef[m]·util[m])·f·V² +
+/// leak_w_per_v·V·e^{γ(T − t_ref_c)}`, fitted by [`fit_dvfs`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct DvfsModel {
     /// Load- and voltage-independent power, W (≥ 0).
     pub const_w: f64,
-    /// Dynamic coefficient `a`, W/(Hz·V²) = F (≥ 0).
-    pub dyn_coef: f64,
+    /// Load-independent dynamic coefficient `a_clk` (clock tree, always-on logic),
+    /// W/(Hz·V²) = F (≥ 0).
+    pub clock_coef: f64,
+    /// Load-dependent dynamic coefficient `a_m` per module, in the order of [`MODULES`],
+    /// W/(Hz·V²) = F (≥ 0).
+    pub dyn_coef: [f64; 3],
     /// Leakage per volt at `t_ref_c`, W/V (≥ 0).
     pub leak_w_per_v: f64,
     /// Temperature coefficient of the leakage `γ`, 1/°C, in `[0, GAMMA_MAX_PER_C]`; 0
@@ -414,9 +421,10 @@ pub struct DvfsModel {
     pub t_ref_c: f64,
     /// Whether `γ` was fitted (false: held at 0, leakage ∝ V).
     pub with_temperature: bool,
-    /// Standard errors of `(const_w, dyn_coef, leak_w_per_v, gamma_per_c)` from the
-    /// curvature (Gauss–Newton); NaN for a parameter at a bound or not fitted.
-    pub se: [f64; 4],
+    /// Standard errors of `(const_w, clock_coef, dyn_coef[0], dyn_coef[1], dyn_coef[2],
+    /// leak_w_per_v, gamma_per_c)` from the curvature (Gauss–Newton); NaN for a
+    /// parameter at a bound or not fitted.
+    pub se: [f64; 7],
     /// Weighted RMS residual `√(Σ w r² / Σ w)`, W.
     pub rms_w: f64,
     /// `γ` at the top of the search range (the data want more: a leakage that grows
@@ -433,47 +441,75 @@ impl DvfsModel {
         self.leak_w_per_v * volt_v * (self.gamma_per_c * (temp_c - self.t_ref_c)).exp()
     }
 
+    /// The dynamic term `(a_clk + Σ_m a_m·u_m)·f·V²`, W.
+    pub fn dynamic_w(&self, util: [f64; 3], freq_hz: f64, volt_v: f64) -> f64 {
+        let c = self.clock_coef
+            + self
+                .dyn_coef
+                .iter()
+                .zip(util)
+                .map(|(a, u)| a * u)
+                .sum::<f64>();
+        c * freq_hz * volt_v * volt_v
+    }
+
     /// Predicted power, W.
-    pub fn predict(&self, load: f64, freq_hz: f64, volt_v: f64, temp_c: f64) -> f64 {
-        self.const_w
-            + self.dyn_coef * load * freq_hz * volt_v * volt_v
-            + self.leakage_w(volt_v, temp_c)
+    pub fn predict(&self, util: [f64; 3], freq_hz: f64, volt_v: f64, temp_c: f64) -> f64 {
+        self.const_w + self.dynamic_w(util, freq_hz, volt_v) + self.leakage_w(volt_v, temp_c)
     }
 
     /// Predicted power at an observation's inputs, W.
     pub fn predict_obs(&self, o: &DvfsObservation) -> f64 {
-        self.predict(o.load, o.freq_hz, o.volt_v, o.temp_c)
+        self.predict(o.util, o.freq_hz, o.volt_v, o.temp_c)
     }
 }
 
-/// The DVFS model's columns at a fixed `γ`: `1`, `load·f·V²`, `V·e^{γ(T − T_ref)}`.
+/// Index of the leakage among [`dvfs_columns`] (and in [`DvfsModel::se`]).
+const LEAK: usize = 5;
+
+/// The DVFS model's columns at a fixed `γ`: `1`, `f·V²`, `u_m·f·V²` (three),
+/// `V·e^{γ(T − T_ref)}`.
 fn dvfs_columns(obs: &[DvfsObservation], gamma: f64) -> Vec<Vec<f64>> {
-    vec![
-        vec![1.0; obs.len()],
-        obs.iter()
-            .map(|o| o.load * o.freq_hz * o.volt_v * o.volt_v)
-            .collect(),
-        obs.iter()
-            .map(|o| o.volt_v * (gamma * (o.temp_c - T_REF_C)).exp())
-            .collect(),
-    ]
+    let fv2 = |o: &DvfsObservation| o.freq_hz * o.volt_v * o.volt_v;
+    let mut cols = vec![vec![1.0; obs.len()], obs.iter().map(fv2).collect()];
+    for m in 0..3 {
+        cols.push(obs.iter().map(|o| o.util[m] * fv2(o)).collect());
+    }
+    cols.push(leak_column(obs, gamma));
+    cols
 }
 
-/// Fits [`DvfsModel`]. For a fixed `γ` the model is linear in `(P_const, a, b)`, solved
-/// by weighted NNLS (columns scaled to unit norm); the profile `RSS(γ)` is minimised over
-/// `[0, GAMMA_MAX_PER_C]` by a 151-point grid (step 0.001 /°C) and golden-section search
-/// between the best grid point's neighbours (to 1e-9 /°C). With `with_temperature =
-/// false`, `γ = 0`: leakage ∝ V, the variant without the temperature term.
+/// The leakage column `V·e^{γ(T − T_ref)}`.
+fn leak_column(obs: &[DvfsObservation], gamma: f64) -> Vec<f64> {
+    obs.iter()
+        .map(|o| o.volt_v * (gamma * (o.temp_c - T_REF_C)).exp())
+        .collect()
+}
+
+/// Fits [`DvfsModel`]. For a fixed `γ` the model is linear in `(P_const, a_clk, a_m,
+/// b)`, solved by weighted NNLS (columns scaled to unit norm); the profile `RSS(γ)` is
+/// minimised over `[0, GAMMA_MAX_PER_C]` by a 151-point grid (step 0.001 /°C) and
+/// golden-section search between the best grid point's neighbours (to 1e-9 /°C). With
+/// `with_temperature = false`, `γ = 0`: leakage ∝ V, the variant without the
+/// temperature term.
+///
+/// `a_clk` and `a_m` are told apart only if the utilizations vary independently of
+/// each other (`a_clk` is the dynamic coefficient at zero load), and `P_const` and `b`
+/// only if the voltage does; a coefficient the data cannot tell from the others shows up
+/// as a large standard error (or NaN, if `JᵀWJ` is singular).
 ///
 /// Standard errors: `s²·(JᵀWJ)⁻¹` over the parameters away from their bounds (`γ`
 /// included when fitted, strictly inside its range and `b > 0`), `s² = Σ w r²/(n − k)`.
 ///
-/// Errors: fewer than 5 (with temperature) or 4 observations of positive weight
-/// (`observations`); `load` outside `[0, 1]`; `freq_hz`, `volt_v` not finite and > 0;
-/// `temp_c` outside `[−100, 200]`; `power_w` not finite; `weight` negative or not finite.
+/// Errors: fewer than 8 (with temperature) or 7 observations of positive weight
+/// (`observations`: one more than the parameters); a utilization outside `[0, 1]`
+/// (`util`); `freq_hz`, `volt_v` not finite and > 0; `temp_c` outside `[−100, 200]`;
+/// `power_w` not finite; `weight` negative or not finite.
 pub fn fit_dvfs(obs: &[DvfsObservation], with_temperature: bool) -> Result<DvfsModel, ParamError> {
     for o in obs {
-        unit("load", o.load)?;
+        for &u in &o.util {
+            unit("util", u)?;
+        }
         positive("freq_hz", o.freq_hz)?;
         positive("volt_v", o.volt_v)?;
         if !(TEMP_RANGE_C.0..=TEMP_RANGE_C.1).contains(&o.temp_c) {
@@ -488,11 +524,16 @@ pub fn fit_dvfs(obs: &[DvfsObservation], with_temperature: bool) -> Result<DvfsM
     }
     let n = enough(
         obs.iter().map(|o| o.weight),
-        if with_temperature { 5 } else { 4 },
+        if with_temperature { 8 } else { 7 },
     )?;
     let w: Vec<f64> = obs.iter().map(|o| o.weight).collect();
     let y: Vec<f64> = obs.iter().map(|o| o.power_w).collect();
-    let profile = |g: f64| nnls_weighted(&dvfs_columns(obs, g), &y, &w);
+    // Only the leakage column depends on γ.
+    let mut cols = dvfs_columns(obs, 0.0);
+    let mut profile = |g: f64| {
+        cols[LEAK] = leak_column(obs, g);
+        nnls_weighted(&cols, &y, &w)
+    };
 
     let mut gamma = 0.0;
     let (mut x, mut rss) = profile(0.0);
@@ -532,7 +573,7 @@ pub fn fit_dvfs(obs: &[DvfsObservation], with_temperature: bool) -> Result<DvfsM
         if rg < rss {
             (x, rss, gamma) = (xg, rg, g);
         }
-        if x[2] == 0.0 {
+        if x[LEAK] == 0.0 {
             gamma = 0.0; // no leakage term: γ means nothing
         }
     }
@@ -544,23 +585,24 @@ pub fn fit_dvfs(obs: &[DvfsObservation], with_temperature: bool) -> Result<DvfsM
         obs.iter()
             .map(|o| {
                 let dt = o.temp_c - T_REF_C;
-                x[2] * o.volt_v * dt * (gamma * dt).exp()
+                x[LEAK] * o.volt_v * dt * (gamma * dt).exp()
             })
             .collect(),
     );
     let mut active: Vec<bool> = x.iter().map(|&v| v > 0.0).collect();
-    active.push(with_temperature && x[2] > 0.0 && gamma > 0.0 && !at_search_edge);
+    active.push(with_temperature && x[LEAK] > 0.0 && gamma > 0.0 && !at_search_edge);
     let k = active.iter().filter(|&&a| a).count();
     let se = active_standard_errors(&jac, &active, &w, residual_variance(rss, n, k));
     let wsum: f64 = w.iter().sum();
     Ok(DvfsModel {
         const_w: x[0],
-        dyn_coef: x[1],
-        leak_w_per_v: x[2],
+        clock_coef: x[1],
+        dyn_coef: [x[2], x[3], x[4]],
+        leak_w_per_v: x[LEAK],
         gamma_per_c: gamma,
         t_ref_c: T_REF_C,
         with_temperature,
-        se: [se[0], se[1], se[2], se[3]],
+        se: [se[0], se[1], se[2], se[3], se[4], se[5], se[6]],
         rms_w: (rss / wsum).sqrt(),
         at_search_edge,
         observations: n,

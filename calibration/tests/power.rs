@@ -340,49 +340,217 @@ fn util_rejects_bad_input() {
 // DVFS model
 // ------------------------------------------------------------------------------------
 
-/// The truth of the DVFS tests: 60 W constant, 200 nF dynamic, 25 W/V leakage at
-/// 25 °C growing 2.5 %/°C (×3.5 at 75 °C; over the data's 35-84 °C and 0.7-1.0 V,
-/// 22-110 W of leakage, 5-85 W of it from the temperature).
-const DVFS_TRUTH: [f64; 4] = [60.0, 2.0e-7, 25.0, 0.025];
+/// The truth of the DVFS tests, in the order of `DvfsModel::se`: 55 W constant; 40 nF
+/// load-independent (clock tree, always-on logic) and 100, 60, 20 nF for compute,
+/// memory and other; 25 W/V leakage at 25 °C growing 2.5 %/°C (×3.5 at 75 °C). At
+/// 1.98 GHz and 1.0 V the clock tree draws 79 W, full compute 198 W, memory 119 W,
+/// other 40 W; over the data's 35-86 °C and 0.69-1.01 V the leakage is 22-115 W, up to
+/// 90 W of it from the temperature.
+const DVFS_TRUTH: [f64; 7] = [55.0, 0.4e-7, 1.0e-7, 0.6e-7, 0.2e-7, 25.0, 0.025];
 
 /// A leakage of the size the DVFS paper reports: 8 W/V growing 1.2 %/°C, so that the
-/// temperature-dependent part `b·V·(e^{γ(T − 25)} − 1)` is 0.7-8.4 W.
-const DVFS_SMALL_TEMP: [f64; 4] = [60.0, 2.0e-7, 8.0, 0.012];
+/// temperature-dependent part `b·V·(e^{γ(T − 25)} − 1)` is 0.7-8.6 W.
+const DVFS_SMALL_TEMP: [f64; 7] = [55.0, 0.4e-7, 1.0e-7, 0.6e-7, 0.2e-7, 8.0, 0.012];
 
-fn dvfs_truth(truth: &[f64; 4], load: f64, f: f64, v: f64, t: f64) -> f64 {
-    let [c, a, b, g] = *truth;
-    c + a * load * f * v * v + b * v * (g * (t - T_REF_C)).exp()
+const DVFS_NAMES: [&str; 7] = [
+    "P_const W",
+    "a_clk F",
+    "a_compute F",
+    "a_memory F",
+    "a_other F",
+    "b W/V",
+    "γ 1/°C",
+];
+
+/// `(a_clk + Σ a_m·u_m)·f·V²` of a truth, W.
+fn dvfs_dynamic(truth: &[f64; 7], u: [f64; 3], f: f64, v: f64) -> f64 {
+    (truth[1] + (0..3).map(|m| truth[2 + m] * u[m]).sum::<f64>()) * f * v * v
 }
 
-/// `n` observations: random load and clock, the die 35-60 °C plus 0.06 °C/W of dynamic
-/// power (up to ~85 °C), noise N(0, σ).
-fn dvfs_data(rng: &mut Rng, truth: &[f64; 4], n: usize, sigma_w: f64) -> Vec<DvfsObservation> {
+/// A truth's power, W, written out independently of `DvfsModel::predict`.
+fn dvfs_truth(truth: &[f64; 7], u: [f64; 3], f: f64, v: f64, t: f64) -> f64 {
+    truth[0] + dvfs_dynamic(truth, u, f, v) + truth[5] * v * (truth[6] * (t - T_REF_C)).exp()
+}
+
+fn dvfs_truth_obs(truth: &[f64; 7], o: &DvfsObservation) -> f64 {
+    dvfs_truth(truth, o.util, o.freq_hz, o.volt_v, o.temp_c)
+}
+
+/// `n` observations: a random utilization mix (compute and memory in [0, 1], other in
+/// [0, 0.6], independently: compute-bound, memory-bound, mixed and near-idle kernels
+/// all occur), one of the eight clocks, the V/f curve ± 10 mV (telemetry, binning), the
+/// die 35-60 °C plus 0.06 °C/W of dynamic power (up to ~86 °C); noise N(0, σ).
+fn dvfs_data(rng: &mut Rng, truth: &[f64; 7], n: usize, sigma_w: f64) -> Vec<DvfsObservation> {
     (0..n)
         .map(|_| {
-            let load = rng.range(0.05, 1.0);
+            let u = [rng.uniform(), rng.uniform(), rng.range(0.0, 0.6)];
             let f = CLOCKS[rng.below(CLOCKS.len())];
-            let v = volt(f);
-            let t = rng.range(35.0, 60.0) + 0.06 * truth[1] * load * f * v * v;
-            let p = dvfs_truth(truth, load, f, v, t) + sigma_w * rng.normal();
-            DvfsObservation::new(load, f, v, t, p)
+            let v = volt(f) + rng.range(-0.01, 0.01);
+            let t = rng.range(35.0, 60.0) + 0.06 * dvfs_dynamic(truth, u, f, v);
+            let p = dvfs_truth(truth, u, f, v, t) + sigma_w * rng.normal();
+            DvfsObservation::new(u, f, v, t, p)
         })
         .collect()
 }
 
-/// The slow reference: RSS at γ by NNLS over every active set (f in GHz).
-fn dvfs_reference_rss(obs: &[DvfsObservation], gamma: f64) -> (Vec<f64>, f64) {
-    let cols = vec![
-        vec![1.0; obs.len()],
-        obs.iter()
-            .map(|o| o.load * o.freq_hz * 1e-9 * o.volt_v * o.volt_v)
-            .collect(),
-        obs.iter()
-            .map(|o| o.volt_v * (gamma * (o.temp_c - T_REF_C)).exp())
-            .collect(),
-    ];
-    let y: Vec<f64> = obs.iter().map(|o| o.power_w).collect();
-    let w: Vec<f64> = obs.iter().map(|o| o.weight).collect();
-    nnls_enumerate(&cols, &[], &y, &w)
+/// The slow reference for the linear part at a fixed `γ`: the six columns `1`, `f·V²`,
+/// `u_m·f·V²`, `V·e^{γ(T − 25)}` (f in GHz), their weighted normal equations scaled to
+/// unit diagonal, and every one of the 2⁶ = 64 active sets solved directly by Gaussian
+/// elimination; the feasible (all ≥ 0) solution of lowest RSS is the NNLS optimum (the
+/// optimum is the least-squares solution on its own support, and every feasible
+/// candidate's RSS is at least the optimum's). The γ-independent part of the normal
+/// equations is computed once, so that a dense grid over γ stays cheap.
+struct DvfsReference {
+    /// The leakage column's `(V, T − 25)` per observation.
+    vt: Vec<(f64, f64)>,
+    /// The five γ-independent columns.
+    fixed: Vec<Vec<f64>>,
+    y: Vec<f64>,
+    w: Vec<f64>,
+    /// Their weighted Gram matrix and `Σ w·c·y`, and `Σ w·y²`.
+    gram: [[f64; 6]; 6],
+    rhs: [f64; 6],
+    yy: f64,
+}
+
+impl DvfsReference {
+    fn new(obs: &[DvfsObservation]) -> Self {
+        let fv2 = |o: &DvfsObservation| o.freq_hz * 1e-9 * o.volt_v * o.volt_v;
+        let mut fixed = vec![vec![1.0; obs.len()], obs.iter().map(fv2).collect()];
+        for m in 0..3 {
+            fixed.push(obs.iter().map(|o| o.util[m] * fv2(o)).collect());
+        }
+        let y: Vec<f64> = obs.iter().map(|o| o.power_w).collect();
+        let w: Vec<f64> = obs.iter().map(|o| o.weight).collect();
+        let dot = |a: &[f64], b: &[f64]| -> f64 { (0..y.len()).map(|k| w[k] * a[k] * b[k]).sum() };
+        let mut gram = [[0.0; 6]; 6];
+        let mut rhs = [0.0; 6];
+        for i in 0..5 {
+            for j in 0..5 {
+                gram[i][j] = dot(&fixed[i], &fixed[j]);
+            }
+            rhs[i] = dot(&fixed[i], &y);
+        }
+        let yy = dot(&y, &y);
+        DvfsReference {
+            vt: obs.iter().map(|o| (o.volt_v, o.temp_c - T_REF_C)).collect(),
+            fixed,
+            y,
+            w,
+            gram,
+            rhs,
+            yy,
+        }
+    }
+
+    fn leak(&self, gamma: f64) -> Vec<f64> {
+        self.vt
+            .iter()
+            .map(|&(v, dt)| v * (gamma * dt).exp())
+            .collect()
+    }
+
+    /// All six columns at `γ`.
+    fn columns(&self, gamma: f64) -> Vec<Vec<f64>> {
+        let mut cols = self.fixed.clone();
+        cols.push(self.leak(gamma));
+        cols
+    }
+
+    /// The NNLS coefficients `(P_const W, a_clk, a_m W/(GHz·V²), b W/V)` and RSS at `γ`.
+    fn solve(&self, gamma: f64) -> ([f64; 6], f64) {
+        let l = self.leak(gamma);
+        let (mut g, mut b) = (self.gram, self.rhs);
+        let dot =
+            |a: &[f64], b: &[f64]| -> f64 { (0..l.len()).map(|k| self.w[k] * a[k] * b[k]).sum() };
+        for (i, c) in self.fixed.iter().enumerate() {
+            g[i][5] = dot(c, &l);
+            g[5][i] = g[i][5];
+        }
+        g[5][5] = dot(&l, &l);
+        b[5] = dot(&l, &self.y);
+        let d: Vec<f64> = (0..6).map(|i| g[i][i].sqrt()).collect();
+        let mut best = ([0.0; 6], self.yy);
+        for mask in 1u32..64 {
+            let set: Vec<usize> = (0..6).filter(|i| mask & (1 << i) != 0).collect();
+            let m = set.len();
+            // The scaled normal equations on the set, eliminated with partial pivoting.
+            let mut a = [[0.0; 7]; 6];
+            for (r, &i) in set.iter().enumerate() {
+                for (c, &j) in set.iter().enumerate() {
+                    a[r][c] = g[i][j] / (d[i] * d[j]);
+                }
+                a[r][m] = b[i] / d[i];
+            }
+            let mut singular = false;
+            for col in 0..m {
+                let p = (col..m)
+                    .max_by(|&x, &z| a[x][col].abs().total_cmp(&a[z][col].abs()))
+                    .unwrap();
+                a.swap(col, p);
+                if a[col][col].abs() <= 1e-13 {
+                    singular = true;
+                    break;
+                }
+                for r in col + 1..m {
+                    let f = a[r][col] / a[col][col];
+                    let pivot = a[col];
+                    for (v, p) in a[r].iter_mut().zip(&pivot).take(m + 1).skip(col) {
+                        *v -= f * p;
+                    }
+                }
+            }
+            if singular {
+                continue;
+            }
+            let mut z = [0.0; 6];
+            for r in (0..m).rev() {
+                let s: f64 = (r + 1..m).map(|c| a[r][c] * z[c]).sum();
+                z[r] = (a[r][m] - s) / a[r][r];
+            }
+            if z[..m].iter().any(|&v| v < 0.0) {
+                continue;
+            }
+            // At a least-squares solution on the set, RSS = Σwy² − xᵀ(Xᵀ W y).
+            let mut x = [0.0; 6];
+            let mut r = self.yy;
+            for (k, &i) in set.iter().enumerate() {
+                x[i] = z[k] / d[i];
+                r -= x[i] * b[i];
+            }
+            if r < best.1 {
+                best = (x, r);
+            }
+        }
+        // The winner's RSS from its residuals (no cancellation).
+        let r = rss(&self.columns(gamma), &best.0, &self.y, &self.w);
+        (best.0, r)
+    }
+}
+
+/// A model's linear coefficients in the reference's units (f in GHz).
+fn dvfs_linear(m: &DvfsModel) -> [f64; 6] {
+    [
+        m.const_w,
+        m.clock_coef * 1e9,
+        m.dyn_coef[0] * 1e9,
+        m.dyn_coef[1] * 1e9,
+        m.dyn_coef[2] * 1e9,
+        m.leak_w_per_v,
+    ]
+}
+
+/// A model's seven parameters in the order of `se` (SI units).
+fn dvfs_params(m: &DvfsModel) -> [f64; 7] {
+    [
+        m.const_w,
+        m.clock_coef,
+        m.dyn_coef[0],
+        m.dyn_coef[1],
+        m.dyn_coef[2],
+        m.leak_w_per_v,
+        m.gamma_per_c,
+    ]
 }
 
 fn model_rss(m: &DvfsModel, obs: &[DvfsObservation]) -> f64 {
@@ -391,34 +559,76 @@ fn model_rss(m: &DvfsModel, obs: &[DvfsObservation]) -> f64 {
         .sum()
 }
 
+/// Linear coefficients equal to 1e-6 relative (of the largest, for the ones near 0).
+fn assert_linear_eq(got: &[f64; 6], want: &[f64; 6], what: &str) {
+    let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    for (g, v) in got.iter().zip(want) {
+        assert!(
+            (g - v).abs() <= 1e-6 * scale,
+            "{what}: {got:?} vs reference {want:?}"
+        );
+    }
+}
+
+/// Noise-free data, 40 observations: every parameter to 1e-6 relative, `predict` the
+/// sum of its parts and equal to the truth.
+#[test]
+fn dvfs_exact_on_noise_free_data() {
+    let mut rng = Rng::new(829);
+    let obs = dvfs_data(&mut rng, &DVFS_TRUTH, 40, 0.0);
+    let m = fit_dvfs(&obs, true).unwrap();
+    let got = dvfs_params(&m);
+    for k in 0..7 {
+        assert!(
+            (got[k] / DVFS_TRUTH[k] - 1.0).abs() < 1e-6,
+            "{}: {} vs {}",
+            DVFS_NAMES[k],
+            got[k],
+            DVFS_TRUTH[k]
+        );
+    }
+    assert!(!m.at_search_edge && m.with_temperature);
+    assert_eq!((m.observations, m.t_ref_c), (40, T_REF_C));
+    for o in &obs {
+        let parts =
+            m.const_w + m.dynamic_w(o.util, o.freq_hz, o.volt_v) + m.leakage_w(o.volt_v, o.temp_c);
+        assert!((m.predict_obs(o) - parts).abs() <= 1e-12 * parts);
+        assert!((m.predict_obs(o) / dvfs_truth_obs(&DVFS_TRUTH, o) - 1.0).abs() < 1e-7);
+    }
+    assert!(m.rms_w < 1e-5, "{}", m.rms_w);
+}
+
 /// γ by grid + golden section against a 15 001-point grid (step 1e-5 /°C) with the
-/// enumerated NNLS at each point: the fit's RSS no higher than the grid's best and its γ
-/// within a grid step of the grid's; the variant without temperature equals the
-/// reference at γ = 0.
+/// enumerated NNLS at each point, on 60 weighted observations: the fit's RSS no higher
+/// than the grid's best and its γ within a grid step of the grid's; its linear
+/// coefficients equal the reference's at its own γ (1e-6); the variant without
+/// temperature equals the reference at γ = 0. Seed 2: a truth with no clock-tree and no
+/// "other" power and heavy noise, so that bounds bind (parameters at 0 have NaN
+/// errors); seed 3: a truth without temperature dependence (γ = 0 at the bound).
 #[test]
 fn dvfs_gamma_matches_dense_grid() {
+    let mut held = 0;
     for seed in 0..4u64 {
         let mut rng = Rng::new(830 + seed);
-        // Seed 3: a truth without temperature dependence (γ = 0 at the bound).
-        let mut obs = dvfs_data(&mut rng, &DVFS_TRUTH, 60, 4.0);
-        if seed == 3 {
-            for o in obs.iter_mut() {
-                let [c, a, b, _] = DVFS_TRUTH;
-                o.power_w = c
-                    + a * o.load * o.freq_hz * o.volt_v * o.volt_v
-                    + b * o.volt_v
-                    + 4.0 * rng.normal();
-            }
+        let mut truth = DVFS_TRUTH;
+        let mut sigma = 4.0;
+        if seed == 2 {
+            (truth[1], truth[4], sigma) = (0.0, 0.0, 15.0);
         }
+        if seed == 3 {
+            truth[6] = 0.0;
+        }
+        let mut obs = dvfs_data(&mut rng, &truth, 60, sigma);
         for o in obs.iter_mut() {
             o.weight = rng.range(0.5, 2.0);
         }
         let m = fit_dvfs(&obs, true).unwrap();
+        let reference = DvfsReference::new(&obs);
         let steps = 15_000;
         let (mut g_best, mut r_best) = (0.0, f64::INFINITY);
         for i in 0..=steps {
             let g = GAMMA_MAX_PER_C * f64::from(i) / f64::from(steps);
-            let r = dvfs_reference_rss(&obs, g).1;
+            let r = reference.solve(g).1;
             if r < r_best {
                 (g_best, r_best) = (g, r);
             }
@@ -426,8 +636,9 @@ fn dvfs_gamma_matches_dense_grid() {
         let r_fit = model_rss(&m, &obs);
         println!(
             "dvfs γ search, seed {seed}: fit γ {:.6} rss {r_fit:.6}, grid γ {g_best:.6} rss \
-             {r_best:.6}",
-            m.gamma_per_c
+             {r_best:.6}; fit {:?}",
+            m.gamma_per_c,
+            dvfs_linear(&m)
         );
         assert!(r_fit <= r_best * (1.0 + 1e-9), "{r_fit} vs {r_best}");
         assert!(
@@ -435,34 +646,60 @@ fn dvfs_gamma_matches_dense_grid() {
             "{} vs {g_best}",
             m.gamma_per_c
         );
+        let (x, r) = reference.solve(m.gamma_per_c);
+        assert_linear_eq(&dvfs_linear(&m), &x, &format!("seed {seed}"));
+        assert!((r_fit - r).abs() <= 1e-9 * r);
+        let wsum: f64 = obs.iter().map(|o| o.weight).sum();
+        assert!((m.rms_w - (r_fit / wsum).sqrt()).abs() <= 1e-9 * m.rms_w);
+        // A parameter at its bound has no standard error; the others a positive one.
+        let p = dvfs_params(&m);
+        for k in 0..6 {
+            assert_eq!(
+                p[k] == 0.0,
+                m.se[k].is_nan(),
+                "seed {seed}: {p:?} {:?}",
+                m.se
+            );
+            assert!(m.se[k].is_nan() || m.se[k] > 0.0);
+        }
+        held += p[..6].iter().filter(|&&v| v == 0.0).count();
+        let gamma_free = m.gamma_per_c > 0.0 && !m.at_search_edge;
+        assert_eq!(gamma_free, m.se[6] > 0.0, "seed {seed}: {:?}", m.se);
+        assert_eq!(gamma_free, !m.se[6].is_nan());
+
         let m0 = fit_dvfs(&obs, false).unwrap();
-        let (x0, r0) = dvfs_reference_rss(&obs, 0.0);
+        let (x0, r0) = reference.solve(0.0);
         assert_eq!(m0.gamma_per_c, 0.0);
+        assert!(!m0.with_temperature && !m0.at_search_edge && m0.se[6].is_nan());
         assert!((model_rss(&m0, &obs) - r0).abs() <= 1e-9 * r0);
-        assert!((m0.dyn_coef * 1e9 - x0[1]).abs() <= 1e-6 * x0[1].max(1.0));
+        assert_linear_eq(&dvfs_linear(&m0), &x0, &format!("seed {seed}, γ = 0"));
         assert!(r_fit <= model_rss(&m0, &obs) * (1.0 + 1e-12));
         if seed == 3 {
             assert!(m.gamma_per_c < 0.01, "{}", m.gamma_per_c);
         }
     }
+    println!("dvfs: {held} linear parameters held at 0 over the 4 seeds");
+    assert!(held >= 1, "the bounds should bind in seed 2");
 }
 
 /// 300 observations, 4 W noise: each parameter within 4 SE; over 20 seeds the SEs
-/// cover the truth at about the nominal rate; on held-out data the model without the
-/// temperature term is worse.
+/// cover the truth at about the nominal rate (at least 16 of 20 within 1.96 SE: 19 ± 1
+/// expected); on held-out data (measured with the same noise) the model without the
+/// temperature term is worse in every seed, and the model with it within 5 % of the
+/// truth's own MAPE.
 #[test]
 fn dvfs_recovers_known_model_and_temperature_term() {
     let seeds = 20;
     let truth = DVFS_TRUTH;
-    let names = ["P_const W", "a F", "b W/V", "γ 1/°C"];
-    let mut covered = [0; 4];
-    let mut worst = [0.0f64; 4];
-    let mut rel = [0.0f64; 4];
+    let mut covered = [0; 7];
+    let mut worst = [0.0f64; 7];
+    let mut rel = [0.0f64; 7];
+    let mut mean_se = [0.0f64; 7];
     let (mut mape_t, mut mape_0, mut mape_noise) = (0.0, 0.0, 0.0);
     let (mut time_t, mut time_0) = (0.0, 0.0);
     for seed in 0..seeds {
         let mut rng = Rng::new(840 + seed);
-        let obs = dvfs_data(&mut rng, &DVFS_TRUTH, 300, 4.0);
+        let obs = dvfs_data(&mut rng, &truth, 300, 4.0);
         let t0 = Instant::now();
         let m = fit_dvfs(&obs, true).unwrap();
         time_t += t0.elapsed().as_secs_f64();
@@ -470,24 +707,28 @@ fn dvfs_recovers_known_model_and_temperature_term() {
         let m0 = fit_dvfs(&obs, false).unwrap();
         time_0 += t0.elapsed().as_secs_f64();
         assert!(!m.at_search_edge);
-        let got = [m.const_w, m.dyn_coef, m.leak_w_per_v, m.gamma_per_c];
-        for k in 0..4 {
+        assert_eq!(m.observations, 300);
+        let got = dvfs_params(&m);
+        for k in 0..7 {
+            assert!(
+                m.se[k] > 0.0,
+                "seed {seed}: {} se {}",
+                DVFS_NAMES[k],
+                m.se[k]
+            );
             let z = (got[k] - truth[k]).abs() / m.se[k];
             worst[k] = worst[k].max(z);
             rel[k] = rel[k].max((got[k] / truth[k] - 1.0).abs());
+            mean_se[k] += m.se[k] / seeds as f64;
             if z <= 1.96 {
                 covered[k] += 1;
             }
         }
-        // Held out, measured with the same noise.
-        let test = dvfs_data(&mut rng, &DVFS_TRUTH, 300, 4.0);
+        let test = dvfs_data(&mut rng, &truth, 300, 4.0);
         let meas: Vec<f64> = test.iter().map(|o| o.power_w).collect();
         let p: Vec<f64> = test.iter().map(|o| m.predict_obs(o)).collect();
         let p0: Vec<f64> = test.iter().map(|o| m0.predict_obs(o)).collect();
-        let truth_p: Vec<f64> = test
-            .iter()
-            .map(|o| dvfs_truth(&DVFS_TRUTH, o.load, o.freq_hz, o.volt_v, o.temp_c))
-            .collect();
+        let truth_p: Vec<f64> = test.iter().map(|o| dvfs_truth_obs(&truth, o)).collect();
         let (e, e0, en) = (
             mean_abs_pct_error(&p, &meas).unwrap(),
             mean_abs_pct_error(&p0, &meas).unwrap(),
@@ -502,18 +743,18 @@ fn dvfs_recovers_known_model_and_temperature_term() {
         mape_0 += e0 / seeds as f64;
         mape_noise += en / seeds as f64;
     }
-    for k in 0..4 {
+    for k in 0..7 {
         println!(
-            "dvfs {:10}: truth {:.4e}, worst error {:.2} % = {:.2} SE, within 1.96 SE \
-             {}/{seeds}",
-            names[k],
+            "dvfs {:11}: truth {:.4e}, mean SE {:.2e} ({:.2} %), worst error {:.2} % = \
+             {:.2} SE, within 1.96 SE {}/{seeds}",
+            DVFS_NAMES[k],
             truth[k],
+            mean_se[k],
+            100.0 * mean_se[k] / truth[k],
             100.0 * rel[k],
             worst[k],
             covered[k]
         );
-        assert!(worst[k] < 4.0, "{}: {} SE", names[k], worst[k]);
-        assert!(covered[k] >= 16, "{}: {}/{seeds}", names[k], covered[k]);
     }
     println!(
         "dvfs held-out MAPE (mean of {seeds} seeds): with temperature {mape_t:.3} %, \
@@ -522,10 +763,20 @@ fn dvfs_recovers_known_model_and_temperature_term() {
         time_t / seeds as f64 * 1e3,
         time_0 / seeds as f64 * 1e3
     );
+    for k in 0..7 {
+        assert!(worst[k] < 4.0, "{}: {} SE", DVFS_NAMES[k], worst[k]);
+        assert!(
+            covered[k] >= 16,
+            "{}: {}/{seeds}",
+            DVFS_NAMES[k],
+            covered[k]
+        );
+    }
 }
 
-/// The temperature term at the paper's size (0.7-8.4 W here, 3-8 W there): held-out MAPE
-/// with and without it, over 20 seeds of 300 observations with 4 W noise.
+/// The temperature term at the paper's size (0.7-8.6 W here, 3-8 W there): held-out MAPE
+/// with and without it, over 20 seeds of 300 observations with 4 W noise; with it
+/// better on average and within 2 % of the noise's own MAPE.
 #[test]
 fn dvfs_small_temperature_term() {
     let seeds = 20;
@@ -543,7 +794,7 @@ fn dvfs_small_temperature_term() {
         let p0: Vec<f64> = test.iter().map(|o| m0.predict_obs(o)).collect();
         let t: Vec<f64> = test
             .iter()
-            .map(|o| dvfs_truth(&DVFS_SMALL_TEMP, o.load, o.freq_hz, o.volt_v, o.temp_c))
+            .map(|o| dvfs_truth_obs(&DVFS_SMALL_TEMP, o))
             .collect();
         let (e, e0) = (
             mean_abs_pct_error(&p, &meas).unwrap(),
@@ -571,25 +822,36 @@ fn dvfs_small_temperature_term() {
 #[test]
 fn dvfs_rejects_bad_input() {
     let mut rng = Rng::new(850);
-    let good = dvfs_data(&mut rng, &DVFS_TRUTH, 10, 1.0);
+    let good = dvfs_data(&mut rng, &DVFS_TRUTH, 12, 1.0);
     assert_eq!(err_name(fit_dvfs(&[], true)), "observations");
-    assert_eq!(err_name(fit_dvfs(&good[..4], true)), "observations");
-    assert!(fit_dvfs(&good[..4], false).is_ok());
-    assert_eq!(err_name(fit_dvfs(&good[..3], false)), "observations");
-    let cases: [(&str, Spoil<DvfsObservation>); 8] = [
-        ("load", |o| o.load = f64::NAN),
-        ("load", |o| o.load = 1.5),
+    assert_eq!(err_name(fit_dvfs(&good[..7], true)), "observations");
+    assert!(fit_dvfs(&good[..8], true).is_ok());
+    assert!(fit_dvfs(&good[..7], false).is_ok());
+    assert_eq!(err_name(fit_dvfs(&good[..6], false)), "observations");
+    let mut zero_w = good.clone();
+    for o in zero_w.iter_mut().skip(7) {
+        o.weight = 0.0;
+    }
+    assert_eq!(err_name(fit_dvfs(&zero_w, true)), "observations");
+    assert!(fit_dvfs(&zero_w, false).is_ok());
+    let cases: [(&str, Spoil<DvfsObservation>); 11] = [
+        ("util", |o| o.util[0] = f64::NAN),
+        ("util", |o| o.util[1] = 1.5),
+        ("util", |o| o.util[2] = -0.1),
         ("freq_hz", |o| o.freq_hz = -2e9),
+        ("freq_hz", |o| o.freq_hz = f64::INFINITY),
         ("volt_v", |o| o.volt_v = -0.8),
         ("temp_c", |o| o.temp_c = f64::NAN),
         ("temp_c", |o| o.temp_c = 1000.0),
         ("power_w", |o| o.power_w = f64::INFINITY),
         ("weight", |o| o.weight = f64::NAN),
+        ("weight", |o| o.weight = -1.0),
     ];
     for (name, spoil) in cases {
         let mut bad = good.clone();
         spoil(&mut bad[5]);
         assert_eq!(err_name(fit_dvfs(&bad, true)), name);
+        assert_eq!(err_name(fit_dvfs(&bad, false)), name);
     }
 }
 

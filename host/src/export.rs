@@ -317,14 +317,26 @@ impl<W: Write> Trace<W> {
 
     /// A counter value: track `name` (already JSON), series `W`.
     fn counter(&mut self, name: &str, time_s: f64, watts: f64) -> std::io::Result<()> {
-        if !watts.is_finite() {
+        self.counter_in(name, "W", time_s, watts)
+    }
+
+    /// A counter value: track `name` (already JSON), series `unit` (plain ASCII).
+    fn counter_in(
+        &mut self,
+        name: &str,
+        unit: &str,
+        time_s: f64,
+        value: f64,
+    ) -> std::io::Result<()> {
+        if !value.is_finite() {
             return Ok(());
         }
         let ts = self.ts(time_s);
-        // The data are f32: its shortest form is exact and short.
-        let v = watts as f32;
+        // The data are f32 (or readings that f32 holds to far better than they are
+        // known): its shortest form is short.
+        let v = value as f32;
         self.event(format_args!(
-            r#""ph":"C","pid":{PID},"name":{name},"ts":{ts},"args":{{"W":{v}}}"#
+            r#""ph":"C","pid":{PID},"name":{name},"ts":{ts},"args":{{"{unit}":{v}}}"#
         ))
     }
 
@@ -383,7 +395,7 @@ fn line_name(line: u8) -> String {
 }
 
 /// The columns the Perfetto trace is made of (the rails' watts are added).
-const PERFETTO_COLUMNS: [&str; 12] = [
+const PERFETTO_COLUMNS: [&str; 13] = [
     "time_s",
     "kernel",
     "train",
@@ -396,6 +408,7 @@ const PERFETTO_COLUMNS: [&str; 12] = [
     "count",
     "logger_w",
     "logger_instant_w",
+    "logger_temp_c",
 ];
 
 fn write_perfetto(rec: &impl Source, opts: &Options, file: File) -> Result<Written, BoxError> {
@@ -436,6 +449,7 @@ fn write_perfetto(rec: &impl Source, opts: &Options, file: File) -> Result<Writt
     let mut names: Vec<String> = meta.rails.iter().map(|r| json_str(r)).collect();
     names.push(json_str("total"));
     let (logger, logger_instant) = (json_str("GPU logger"), json_str("GPU logger instant"));
+    let logger_temp = json_str("GPU logger temperature");
     let bin_ns = opts.bin_us.saturating_mul(1000) as i64;
     let mut bin = Bin {
         key: None,
@@ -550,6 +564,9 @@ fn write_perfetto(rec: &impl Source, opts: &Options, file: File) -> Result<Writt
                     }
                     if let Some(w) = Rows::get(r.f64("logger_instant_w"), i) {
                         t.counter(&logger_instant, ts, w)?;
+                    }
+                    if let Some(c) = Rows::get(r.f64("logger_temp_c"), i) {
+                        t.counter_in(&logger_temp, "degC", ts, c)?;
                     }
                 }
                 _ => {}

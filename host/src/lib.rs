@@ -9,6 +9,7 @@ pub mod export;
 pub mod gpu;
 pub mod import;
 pub mod logger_model;
+pub mod model;
 pub mod plot;
 pub mod profile;
 pub mod recording;

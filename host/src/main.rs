@@ -41,6 +41,8 @@ enum Command {
     Demo(cmd::demo::Args),
     /// DVFS measurements: the switching latency from the host's request to the rig.
     Dvfs(cmd::dvfs::Args),
+    /// Power models fitted on profiling runs and held against the rig.
+    Model(cmd::model::Args),
     /// The digital twin of the bench.
     Twin(cmd::twin::Args),
 }
@@ -61,6 +63,7 @@ fn main() {
         Command::Correct(args) => cmd::correct::run(args),
         Command::Demo(args) => cmd::demo::run(args),
         Command::Dvfs(args) => cmd::dvfs::run(args),
+        Command::Model(args) => cmd::model::run(args),
         Command::Twin(args) => cmd::twin::run(args),
     };
     if let Err(e) = result {

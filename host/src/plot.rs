@@ -26,6 +26,31 @@ pub(crate) fn register_font() -> anyhow::Result<()> {
         .map_err(|_| anyhow!("the embedded font does not load"))
 }
 
+/// Draws a picture into `out`, SVG or PNG by its extension: `$draw` is an expression of
+/// the drawing area `$root` (generic drawing code is instantiated once per backend)
+/// returning plotters' `Result`; errors name the file.
+macro_rules! draw_to {
+    ($out:expr, $size:expr, |$root:ident| $draw:expr) => {{
+        use plotters::prelude::IntoDrawingArea;
+        let out: &std::path::Path = $out;
+        let format = $crate::plot::Format::of(out)?;
+        $crate::plot::register_font()?;
+        let fail = |e: &dyn std::fmt::Display| anyhow::anyhow!("{}: {e}", out.display());
+        std::fs::File::create(out).map_err(|e| fail(&e))?;
+        match format {
+            $crate::plot::Format::Svg => {
+                let $root = plotters::prelude::SVGBackend::new(out, $size).into_drawing_area();
+                $draw.map_err(|e| fail(&e))?
+            }
+            $crate::plot::Format::Png => {
+                let $root = plotters::prelude::BitMapBackend::new(out, $size).into_drawing_area();
+                $draw.map_err(|e| fail(&e))?
+            }
+        }
+    }};
+}
+pub(crate) use draw_to;
+
 /// Space around the chart, px at 1600 × 900 (see [`Layout`]).
 const MARGIN: u32 = 20;
 /// Width of the y axis' labels and description.

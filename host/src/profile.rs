@@ -38,6 +38,9 @@ pub struct Plan {
     /// Keep running until the logger's stitched profile reaches a target error (then
     /// `runs` is the most to run).
     pub target: Option<Target>,
+    /// Run the kernel back to back for this long first, s of its own execution time
+    /// (nothing recorded): the GPU brought to the temperature that work holds it at.
+    pub preheat_s: f64,
 }
 
 /// The keep-running mode: stop once every considered bin of the logger's stitched
@@ -182,6 +185,7 @@ impl Out {
                 },
                 power_w: r.power_w,
                 instant_w: r.instant_w,
+                temperature_c: r.temperature_c,
                 gpu_ticks,
                 host_ns,
                 own_s,
@@ -253,6 +257,7 @@ pub fn acquire(
             "warmup": l.warmup,
             "count": l.count,
             "dvfs": l.dvfs,
+            "preheat_s": plan.preheat_s,
             "delay_s": [l.delay_s.0, l.delay_s.1],
             "gpu": runner.describe(),
             "gpu_clock_hz": hz,
@@ -275,6 +280,9 @@ pub fn acquire(
         },
         link: None,
     };
+    if plan.preheat_s > 0.0 {
+        preheat(runner, logger, l, plan.preheat_s, hz)?;
+    }
     out.clock(runner, plan.clock_reads)?;
     for _ in 0..plan.runs {
         let mut rec = Recorded {
@@ -303,6 +311,56 @@ pub fn acquire(
     out.logger(logger)?;
     let n = out.n.clone();
     out.w.finish()?;
+    Ok(n)
+}
+
+/// A trigger output that drives nothing (the preheat's trains are not profiled).
+struct Quiet;
+
+impl TriggerOut for Quiet {
+    fn describe(&self) -> String {
+        "no trigger".into()
+    }
+    fn set(&mut self, high: bool) -> Result<Driven, TriggerError> {
+        let now = host_now_ns();
+        Ok(Driven {
+            high,
+            host_before_ns: now,
+            host_after_ns: now,
+        })
+    }
+}
+
+/// Runs `launch`'s kernel back to back (at its DVFS level) until `seconds` of execution
+/// time have passed, in trains of about 50 ms, the trigger not driven; the logger's
+/// readings meanwhile are read and dropped. Returns the executions run.
+fn preheat(
+    runner: &mut dyn GpuRunner,
+    logger: &mut dyn PowerLogger,
+    launch: &Launch,
+    seconds: f64,
+    hz: f64,
+) -> Result<usize, ProfileError> {
+    let (mut done, mut count, mut n) = (0.0, 1u32, 0usize);
+    while done < seconds {
+        let train = Launch {
+            delay_s: (0.0, 0.0),
+            warmup: 0,
+            count,
+            ..launch.clone()
+        };
+        let execs = runner.run(&train, &mut Quiet)?;
+        let busy: f64 = (execs.iter())
+            .map(|e| e.end_ticks.saturating_sub(e.start_ticks) as f64 / hz)
+            .sum();
+        if execs.is_empty() || busy <= 0.0 {
+            break;
+        }
+        done += busy;
+        n += execs.len();
+        count = ((50e-3 * execs.len() as f64 / busy) as u32).clamp(1, 100_000);
+        logger.poll()?;
+    }
     Ok(n)
 }
 

@@ -8,6 +8,10 @@
 //! schema's metadata key `railtrace` holds a JSON [`Meta`]: where the data came from, the
 //! time origin, the device's info and calibration, the rig description.
 //!
+//! Recordings of older format versions ([`OLDEST_READABLE`] on) are read as if written by
+//! this version: a column they lack is added to their schema and batches, all null (the
+//! `logger_temp_c` of versions 2 and 3); [`Meta::version`] still says what the file is.
+//!
 //! The writer buffers rows and writes a whole record batch with one `write` at least once
 //! a second ([`FLUSH_INTERVAL`]), so a capture killed at any moment leaves a stream that
 //! readers open, holding everything up to the last flush. The stream's end marker is
@@ -38,11 +42,15 @@ use serde::{Deserialize, Serialize};
 /// The value of the metadata key `railtrace.format`.
 pub const FORMAT: &str = "railtrace-recording";
 /// The format version this code writes and reads.
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 
-/// The oldest format version this railtrace reads (version 2 lacks only the
-/// `dvfs_request` kind).
+/// The oldest format version this railtrace reads. Version 3 lacks only the
+/// `logger_temp_c` column ([`LOGGER_TEMP_SINCE`]), which reads as null; version 2 also
+/// the `dvfs_request` kind.
 pub const OLDEST_READABLE: u32 = 2;
+
+/// The first format version with the `logger_temp_c` column.
+pub const LOGGER_TEMP_SINCE: u32 = 4;
 /// A record batch is written at least this often.
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(500);
 /// ... or when it has this many rows.
@@ -209,7 +217,8 @@ fn unit_field(name: &str, data_type: DataType, unit: &str) -> Field {
     }
 }
 
-/// The schema of a recording with these rails and code channels.
+/// The schema of a recording with these rails and code channels, of format version
+/// `meta.version` (before [`LOGGER_TEMP_SINCE`], without `logger_temp_c`).
 pub fn schema(meta: &Meta) -> Schema {
     use DataType as D;
     let mut fields = vec![
@@ -241,6 +250,11 @@ pub fn schema(meta: &Meta) -> Schema {
         unit_field("tx_tick", D::UInt64, "tick"),
         unit_field("logger_w", D::Float64, "W"),
         unit_field("logger_instant_w", D::Float64, "W"),
+    ]);
+    if meta.version >= LOGGER_TEMP_SINCE {
+        fields.push(unit_field("logger_temp_c", D::Float64, "degC"));
+    }
+    fields.extend([
         unit_field("text", D::Utf8, ""),
         unit_field("gpu_ticks", D::UInt64, "gpu tick"),
         unit_field("gpu_end_ticks", D::UInt64, "gpu tick"),
@@ -310,6 +324,9 @@ pub enum Event {
         power_w: f64,
         /// The instantaneous power, W, where the logger reports one.
         instant_w: Option<f64>,
+        /// The GPU's temperature the logger reported with the reading, °C, where it
+        /// reports one.
+        temperature_c: Option<f64>,
         /// Its timestamp on the GPU's clock, where it has one.
         gpu_ticks: Option<u64>,
         /// Its timestamp on the host's clock (ns since the Unix epoch), where it has one.
@@ -433,6 +450,7 @@ struct Columns {
     tx_tick: UInt64Builder,
     logger_w: Float64Builder,
     logger_instant_w: Float64Builder,
+    logger_temp_c: Float64Builder,
     text: StringBuilder,
     gpu_ticks: UInt64Builder,
     gpu_end_ticks: UInt64Builder,
@@ -461,6 +479,7 @@ impl Columns {
             tx_tick: UInt64Builder::new(),
             logger_w: Float64Builder::new(),
             logger_instant_w: Float64Builder::new(),
+            logger_temp_c: Float64Builder::new(),
             text: StringBuilder::new(),
             gpu_ticks: UInt64Builder::new(),
             gpu_end_ticks: UInt64Builder::new(),
@@ -503,6 +522,7 @@ impl Columns {
         self.tx_tick.at(n);
         self.logger_w.at(n);
         self.logger_instant_w.at(n);
+        self.logger_temp_c.at(n);
         self.text.at(n);
         self.gpu_ticks.at(n);
         self.gpu_end_ticks.at(n);
@@ -530,7 +550,7 @@ impl Columns {
         for b in &mut self.codes {
             out.push(Arc::new(b.finish()));
         }
-        out.extend::<[ArrayRef; 10]>([
+        out.extend::<[ArrayRef; 11]>([
             Arc::new(self.line.finish()),
             Arc::new(self.rising.finish()),
             Arc::new(self.count.finish()),
@@ -540,6 +560,7 @@ impl Columns {
             Arc::new(self.tx_tick.finish()),
             Arc::new(self.logger_w.finish()),
             Arc::new(self.logger_instant_w.finish()),
+            Arc::new(self.logger_temp_c.finish()),
             Arc::new(self.text.finish()),
         ]);
         out.extend::<[ArrayRef; 6]>([
@@ -579,7 +600,8 @@ impl std::fmt::Debug for Writer {
 
 impl Writer {
     /// Creates (or replaces) `path` and writes the schema at once, so that even a
-    /// recording killed before its first batch opens.
+    /// recording killed before its first batch opens. The recording is of this format
+    /// version ([`FORMAT_VERSION`]), whatever `meta.version` says.
     pub fn create(path: &Path, meta: &Meta) -> Result<Writer, RecordingError> {
         let io = |error| RecordingError::Io {
             path: path.to_path_buf(),
@@ -589,7 +611,11 @@ impl Writer {
             path: path.to_path_buf(),
             error,
         };
-        let schema = Arc::new(schema(meta));
+        let meta = Meta {
+            version: FORMAT_VERSION,
+            ..meta.clone()
+        };
+        let schema = Arc::new(schema(&meta));
         let file = File::create(path).map_err(io)?;
         let options = IpcWriteOptions::default()
             .try_with_compression(Some(CompressionType::LZ4_FRAME))
@@ -708,6 +734,7 @@ impl Writer {
                 time_s,
                 power_w,
                 instant_w,
+                temperature_c,
                 gpu_ticks,
                 host_ns,
                 own_s,
@@ -716,6 +743,7 @@ impl Writer {
                 let r = c.begin(Kind::Logger, *time_s);
                 c.logger_w.at(r).append_value(*power_w);
                 c.logger_instant_w.at(r).append_option(*instant_w);
+                c.logger_temp_c.at(r).append_option(*temperature_c);
                 c.gpu_ticks.at(r).append_option(*gpu_ticks);
                 c.host_recv_ns.at(r).append_option(*host_ns);
                 c.own_s.at(r).append_option(*own_s);
@@ -889,7 +917,8 @@ pub struct Reader {
     pub path: PathBuf,
     /// Its metadata.
     pub meta: Meta,
-    /// Its schema (every column, whatever columns the batches hold).
+    /// Its schema (every column, whatever columns the batches hold), as this version
+    /// writes it: the columns an older file lacks are there (see [`Reader::upgrading`]).
     pub schema: SchemaRef,
     /// The writer closed it (the end-of-stream marker is the last 8 bytes); see
     /// [`Recording::finalised`].
@@ -897,6 +926,9 @@ pub struct Reader {
     /// The file's length when it was opened: the bytes read.
     len: u64,
     stream: StreamReader<BufReader<std::io::Take<File>>>,
+    /// For an older file: the schema of the batches given out, the columns the file
+    /// lacks among them (all null).
+    upgrade: Option<SchemaRef>,
     batches: usize,
     rows: usize,
     done: bool,
@@ -970,15 +1002,45 @@ fn open_at(
     file.seek(SeekFrom::Start(0)).map_err(io)?;
     let header_error =
         |e: ArrowError| foreign(&format!("not a readable Arrow IPC stream header: {e}"));
-    let schema = StreamReader::try_new(BufReader::new((&mut file).take(len)), None)
+    let file_schema = StreamReader::try_new(BufReader::new((&mut file).take(len)), None)
         .map_err(header_error)?
         .schema();
-    let meta = check_schema(path, &schema)?;
+    let meta = check_schema(path, &file_schema)?;
+    // An older file's columns, with those it lacks added where this version has them.
+    let schema = if meta.version < FORMAT_VERSION {
+        let current = schema(&Meta {
+            version: FORMAT_VERSION,
+            ..meta.clone()
+        });
+        let fields: Vec<Field> = current
+            .fields()
+            .iter()
+            .map(|f| match file_schema.field_with_name(f.name()) {
+                Ok(have) => have.clone(),
+                Err(_) => f.as_ref().clone(),
+            })
+            .collect();
+        Arc::new(Schema::new(fields).with_metadata(file_schema.metadata().clone()))
+    } else {
+        file_schema.clone()
+    };
+    let upgrade = (schema.fields().len() != file_schema.fields().len()).then(|| {
+        let given = match columns {
+            Some(c) => projection(&schema, c),
+            None => (0..schema.fields().len()).collect(),
+        };
+        // The indices are the schema's own: projecting cannot fail.
+        Arc::new(
+            schema
+                .project(&given)
+                .unwrap_or_else(|_| schema.as_ref().clone()),
+        )
+    });
     // The stream proper, from the start again (the schema message is small).
     file.seek(SeekFrom::Start(0)).map_err(io)?;
     let stream = StreamReader::try_new(
         BufReader::new(file.take(len)),
-        columns.map(|c| projection(&schema, c)),
+        columns.map(|c| projection(&file_schema, c)),
     )
     .map_err(header_error)?;
     Ok(Reader {
@@ -988,10 +1050,28 @@ fn open_at(
         finalised,
         len,
         stream,
+        upgrade,
         batches: 0,
         rows: 0,
         done: false,
     })
+}
+
+/// `batch`, read from an older file, with the columns of `schema` it lacks added, all
+/// null.
+fn upgrade_batch(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, ArrowError> {
+    let n = batch.num_rows();
+    let columns: Vec<ArrayRef> = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            batch
+                .column_by_name(f.name())
+                .cloned()
+                .unwrap_or_else(|| arrow_array::new_null_array(f.data_type(), n))
+        })
+        .collect();
+    RecordBatch::try_new(schema.clone(), columns)
 }
 
 /// The recording's metadata, if `schema` is that of a recording this code reads.
@@ -1052,6 +1132,12 @@ impl Reader {
         Ok(r)
     }
 
+    /// Whether the file is of an older format version that lacks columns this version
+    /// has: its batches are given out with them added, all null.
+    pub fn upgrading(&self) -> bool {
+        self.upgrade.is_some()
+    }
+
     /// Record batches read so far.
     pub fn batches_read(&self) -> usize {
         self.batches
@@ -1078,7 +1164,16 @@ impl Iterator for Reader {
             Some(Ok(b)) => {
                 self.batches += 1;
                 self.rows += b.num_rows();
-                Some(Ok(b))
+                match &self.upgrade {
+                    None => Some(Ok(b)),
+                    Some(schema) => Some(upgrade_batch(&b, schema).map_err(|error| {
+                        self.done = true;
+                        RecordingError::Arrow {
+                            path: self.path.clone(),
+                            error,
+                        }
+                    })),
+                }
             }
             Some(Err(e)) => {
                 self.done = true;
@@ -1458,6 +1553,137 @@ mod tests {
             .map(Result::unwrap)
             .collect();
         assert_eq!(same, batches);
+    }
+
+    /// Rewrites the recording at `from` into `to` as format `version` would have written
+    /// it: without the columns `drop`, its metadata saying `version`.
+    fn rewrite_as(from: &Path, to: &Path, version: u32, drop: &[&str]) {
+        let r = StreamReader::try_new(BufReader::new(File::open(from).unwrap()), None).unwrap();
+        let schema = r.schema();
+        let keep: Vec<usize> = (0..schema.fields().len())
+            .filter(|&i| !drop.contains(&schema.field(i).name().as_str()))
+            .collect();
+        let mut md = schema.metadata().clone();
+        let mut meta: Meta = serde_json::from_str(md.get("railtrace").unwrap()).unwrap();
+        meta.version = version;
+        md.insert("railtrace", serde_json::to_string(&meta).unwrap());
+        let old = Arc::new(schema.project(&keep).unwrap().with_metadata(md));
+        let mut w = StreamWriter::try_new(File::create(to).unwrap(), &old).unwrap();
+        for b in r {
+            let b = b.unwrap().project(&keep).unwrap();
+            w.write(&RecordBatch::try_new(old.clone(), b.columns().to_vec()).unwrap())
+                .unwrap();
+        }
+        w.finish().unwrap();
+    }
+
+    /// A recording of this version with two logger readings (one with a temperature).
+    fn write_with_logger(path: &Path) {
+        let mut w = Writer::create(path, &meta()).unwrap();
+        w.sample(0.0, Some(0), None, &[(12.0, 1.0), (3.3, 2.0)], &[7]);
+        for (k, temperature_c) in [(0u32, Some(61.5)), (1, None)] {
+            w.event(&Event::Logger {
+                time_s: f64::from(k) * 1e-3,
+                power_w: 300.0 + f64::from(k),
+                instant_w: None,
+                temperature_c,
+                gpu_ticks: Some(u64::from(k)),
+                host_ns: None,
+                own_s: None,
+                polled_ns: None,
+            });
+        }
+        w.finish().unwrap();
+    }
+
+    #[test]
+    fn the_logger_temperature_is_written_and_read_back() {
+        let f = Temp::new("temperature");
+        write_with_logger(&f.0);
+        let rec = read(&f.0).unwrap();
+        assert_eq!(rec.meta.version, 4);
+        let field = rec.schema.field_with_name("logger_temp_c").unwrap();
+        assert_eq!(field.data_type(), &DataType::Float64);
+        assert_eq!(field.metadata()["unit"], "degC");
+        // Right after logger_instant_w.
+        let at = |name: &str| rec.schema.index_of(name).unwrap();
+        assert_eq!(at("logger_temp_c"), at("logger_instant_w") + 1);
+        let rows = Rows::new(&rec.batches[0]);
+        let t = rows.f64("logger_temp_c");
+        assert_eq!((rows.kind(1), Rows::get(t, 1)), (Kind::Logger, Some(61.5)));
+        assert_eq!(Rows::get(t, 2), None);
+        assert_eq!(Rows::get(t, 0), None, "a sample row");
+        assert!(!open(&f.0).unwrap().upgrading());
+    }
+
+    #[test]
+    fn versions_2_and_3_still_read_their_temperature_null() {
+        let v4 = Temp::new("v4");
+        write_with_logger(&v4.0);
+        for version in [2, 3] {
+            let f = Temp::new(&format!("v{version}"));
+            rewrite_as(&v4.0, &f.0, version, &["logger_temp_c"]);
+            let rec = read(&f.0).unwrap();
+            assert_eq!(rec.meta.version, version, "the file's version, as it is");
+            assert!(rec.finalised);
+            // This version's columns, the missing one added.
+            let now = schema(&meta());
+            let names = |s: &Schema| -> Vec<String> {
+                s.fields().iter().map(|f| f.name().clone()).collect()
+            };
+            assert_eq!(names(&rec.schema), names(&now));
+            let rows = Rows::new(&rec.batches[0]);
+            assert_eq!(rows.len(), 3);
+            assert_eq!(rows.f64("logger_temp_c").null_count(), 3);
+            assert_eq!(Rows::get(rows.f64("logger_w"), 1), Some(300.0));
+            assert_eq!(rows.f32("b_w").value(0), 6.6);
+            // A batch at a time, and a few columns only, the same.
+            let r = open(&f.0).unwrap();
+            assert!(r.upgrading());
+            assert_eq!(r.schema, rec.schema);
+            let batches: Vec<RecordBatch> = r.map(Result::unwrap).collect();
+            assert_eq!(batches, rec.batches);
+            let wanted = ["logger_temp_c", "logger_w", "time_s"];
+            let r = open_columns(&f.0, &wanted).unwrap();
+            let b: Vec<RecordBatch> = r.map(Result::unwrap).collect();
+            let got: Vec<String> = names(&b[0].schema());
+            assert_eq!(got, ["kind", "time_s", "logger_w", "logger_temp_c"]);
+            assert_eq!(Rows::new(&b[0]).f64("logger_temp_c").null_count(), 3);
+            let same: Vec<RecordBatch> = rec
+                .batches(Some(&wanted))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            assert_eq!(same, b);
+            let r = open_columns(&f.0, &["logger_w"]).unwrap();
+            let b: Vec<RecordBatch> = r.map(Result::unwrap).collect();
+            assert_eq!(names(&b[0].schema()), ["kind", "logger_w"]);
+        }
+    }
+
+    #[test]
+    fn the_temperature_column_is_missing_only_before_version_4() {
+        let v4 = Temp::new("v4-columns");
+        write_with_logger(&v4.0);
+        let f = Temp::new("v4-without");
+        rewrite_as(&v4.0, &f.0, 4, &["logger_temp_c"]);
+        let e = open(&f.0).unwrap_err().to_string();
+        assert!(
+            e.contains("its columns are not the ones its railtrace metadata describes"),
+            "{e}"
+        );
+        rewrite_as(&v4.0, &f.0, 3, &[]);
+        let e = open(&f.0).unwrap_err().to_string();
+        assert!(
+            e.contains("its columns are not the ones its railtrace metadata describes"),
+            "{e}"
+        );
+        rewrite_as(&v4.0, &f.0, 5, &[]);
+        let e = open(&f.0).unwrap_err().to_string();
+        assert!(
+            e.contains("recording format version 5; this railtrace reads versions 2 to 4"),
+            "{e}"
+        );
     }
 
     #[test]

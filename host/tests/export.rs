@@ -87,6 +87,7 @@ fn write_recording(path: &Path) -> Recording {
                 time_s: 3e-4,
                 power_w: 42.5,
                 instant_w: Some(40.25),
+                temperature_c: Some(63.5),
                 gpu_ticks: Some(123_456),
                 host_ns: None,
                 own_s: None,
@@ -196,6 +197,7 @@ fn parquet_has_the_recordings_columns_values_and_units() {
     assert_eq!(unit("a_w").as_deref(), Some("W"));
     assert_eq!(unit("b_v").as_deref(), Some("V"));
     assert_eq!(unit("logger_w").as_deref(), Some("W"));
+    assert_eq!(unit("logger_temp_c").as_deref(), Some("degC"));
     let md = schema.metadata();
     let meta: Meta = serde_json::from_str(&md["railtrace"]).unwrap();
     assert_eq!(meta, rec.meta);
@@ -337,8 +339,8 @@ fn csv_has_a_header_of_the_column_names_and_every_row() {
     let got: usize = batches.iter().map(RecordBatch::num_rows).sum();
     assert_eq!(got, total_rows(&rec));
     let mut kinds = Vec::new();
-    let (mut times, mut a_w, mut b_w, mut texts, mut rising) =
-        (vec![], vec![], vec![], vec![], vec![]);
+    let (mut times, mut a_w, mut b_w, mut texts, mut rising, mut temps) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
     for b in &batches {
         let col = |n: &str| b.column_by_name(n).unwrap().clone();
         let k = col("kind");
@@ -375,6 +377,14 @@ fn csv_has_a_header_of_the_column_names_and_every_row() {
         );
         let c = col("rising");
         rising.extend(c.as_any().downcast_ref::<BooleanArray>().unwrap().iter());
+        let c = col("logger_temp_c");
+        temps.extend(
+            c.as_any()
+                .downcast_ref::<arrow_array::Float64Array>()
+                .unwrap()
+                .iter()
+                .flatten(),
+        );
     }
     let (mut want_k, mut want_t, mut want_a, mut want_b, mut want_text, mut want_rising) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
@@ -405,6 +415,8 @@ fn csv_has_a_header_of_the_column_names_and_every_row() {
     // A value: sample 0's rail a is 12 V × 1 A.
     let first = kinds.iter().position(|k| k == "sample").unwrap();
     assert_eq!(a_w[first], Some(12.0));
+    // The logger's temperature, its one value.
+    assert_eq!(temps, [63.5]);
 }
 
 /// One bin of the reference: first sample's time and the mean per series.
@@ -491,9 +503,21 @@ fn counters(trace: &Value) -> BTreeMap<String, Vec<(f64, f64)>> {
     for e in events(trace, "C") {
         out.entry(e["name"].as_str().unwrap().to_string())
             .or_default()
-            .push((e["ts"].as_f64().unwrap(), e["args"]["W"].as_f64().unwrap()));
+            .push((e["ts"].as_f64().unwrap(), counter_value(e)));
     }
     out
+}
+
+/// The one value of a counter event (its series: `W`, or `degC` for a temperature).
+fn counter_value(e: &Value) -> f64 {
+    let args = e["args"].as_object().unwrap();
+    assert_eq!(args.len(), 1, "{e}");
+    let key = if e["name"] == "GPU logger temperature" {
+        "degC"
+    } else {
+        "W"
+    };
+    args[key].as_f64().unwrap()
 }
 
 fn check_counters(rec: &Recording, trace: &Value, bin_us: u64) {
@@ -594,6 +618,7 @@ fn perfetto_counters_are_the_bin_means_and_bins_end_at_gaps() {
     let c = counters(&trace);
     assert_eq!(c["GPU logger"], vec![(300.0, 42.5)]);
     assert_eq!(c["GPU logger instant"], vec![(300.0, 40.25)]);
+    assert_eq!(c["GPU logger temperature"], vec![(300.0, 63.5)]);
     // The process and the tracks named.
     let meta = events(&trace, "M");
     let named = |what: &str, name: &str| {
@@ -739,4 +764,67 @@ fn the_command_writes_next_to_the_recording_and_says_why_it_cannot() {
     ]);
     assert!(!ok);
     assert!(err.contains(out.to_str().unwrap()), "{err}");
+}
+
+/// Rewrites the recording at `from` into `to` as format 3 wrote it: without
+/// `logger_temp_c`, its metadata saying version 3.
+fn rewrite_as_version_3(from: &Path, to: &Path) {
+    use arrow_ipc::reader::StreamReader;
+    use arrow_ipc::writer::StreamWriter;
+    let r =
+        StreamReader::try_new(std::io::BufReader::new(File::open(from).unwrap()), None).unwrap();
+    let schema = r.schema();
+    let keep: Vec<usize> = (0..schema.fields().len())
+        .filter(|&i| schema.field(i).name() != "logger_temp_c")
+        .collect();
+    let mut md = schema.metadata().clone();
+    let mut meta: Meta = serde_json::from_str(md.get("railtrace").unwrap()).unwrap();
+    meta.version = 3;
+    md.insert("railtrace", serde_json::to_string(&meta).unwrap());
+    let old = Arc::new(schema.project(&keep).unwrap().with_metadata(md));
+    let mut w = StreamWriter::try_new(File::create(to).unwrap(), &old).unwrap();
+    for b in r {
+        let b = b.unwrap().project(&keep).unwrap();
+        w.write(&RecordBatch::try_new(old.clone(), b.columns().to_vec()).unwrap())
+            .unwrap();
+    }
+    w.finish().unwrap();
+}
+
+#[test]
+fn a_version_3_recording_exports_with_the_temperature_null() {
+    let dir = TempDir::new("export-v3");
+    let v4 = write_recording(&dir.join("v4.arrow"));
+    let v3 = dir.join("v3.arrow");
+    rewrite_as_version_3(&dir.join("v4.arrow"), &v3);
+    let rec = recording::read(&v3).unwrap();
+    assert_eq!(rec.meta.version, 3);
+    assert_eq!(total_rows(&rec), total_rows(&v4));
+
+    // Parquet and CSV: this version's columns, the temperature all null.
+    let out = dir.join("v3.parquet");
+    export_to(&rec, &out, &Options::new(Format::Parquet));
+    let (schema, batch) = read_parquet(&out);
+    let names =
+        |s: &Schema| -> Vec<String> { s.fields().iter().map(|f| f.name().clone()).collect() };
+    assert_eq!(names(&schema), names(&v4.schema));
+    let temp = batch.column_by_name("logger_temp_c").unwrap();
+    assert_eq!(temp.null_count(), batch.num_rows());
+    let out = dir.join("v3.csv");
+    export_to(&rec, &out, &Options::new(Format::Csv));
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(text
+        .lines()
+        .next()
+        .unwrap()
+        .contains(",logger_instant_w,logger_temp_c,"));
+
+    // Perfetto, read a batch at a time from the file: the logger's power, no temperature.
+    let file = recording::open(&v3).unwrap();
+    let out = dir.join("v3.json");
+    export::export(&file, &out, &Options::new(Format::Perfetto)).unwrap();
+    let (_, trace) = read_trace(&out);
+    let c = counters(&trace);
+    assert_eq!(c["GPU logger"], vec![(300.0, 42.5)]);
+    assert!(!c.contains_key("GPU logger temperature"));
 }

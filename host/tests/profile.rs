@@ -77,6 +77,7 @@ fn run_trains(
         clock_reads: 5,
         trigger_line: 0,
         target: None,
+        preheat_s: 0.0,
     };
     acquire(
         &mut gpu.runner(3),

@@ -34,6 +34,24 @@
 //! segment's power held constant (a GPU at rest before the run), so the first windows
 //! are complete; exponential state starts settled at that power.
 //!
+//! # Temperature
+//!
+//! Real loggers report the die's temperature with the power (amdgpu's `gpu_metrics`
+//! `temperature_hotspot`, hwmon's `temp1_input`, NVML's `nvmlDeviceGetTemperature`).
+//! Each sample carries the twin's die temperature at `t_k - delay_s` (the end of the
+//! input the report describes; the report instant itself with `delay_s = 0`, as in every
+//! shipped scenario), exact and not quantised, when the logger is fed with
+//! [`Logger::push_with_state`]: with [`Logger::with_thermal`] the thermal model's
+//! solution within the segment, `T∞ + (T0 − T∞) · exp(−(t − start) / tau_s)` from the
+//! segment's [`SegmentState::temperature_c`] `T0` and `T∞ = ambient_c + r_c_per_w · P`
+//! (the same expression as the GPU's, so a report at a segment's end carries exactly the
+//! next segment's starting temperature); without a thermal model the segment's
+//! `temperature_c` as it is (`power_model.t_ref_c`, the temperature the twin's power was
+//! evaluated at, with a power model alone; `None` with neither). Fed with
+//! [`Logger::push`], the samples carry no temperature. Reports before the first segment
+//! carry its starting temperature. Computing it draws no random numbers and changes
+//! nothing else.
+//!
 //! # Timestamps
 //!
 //! Each sample carries its true report instant `t_k` and a [`Stamp`]: with
@@ -62,7 +80,9 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-use crate::gpu::{check, non_negative, positive, ConfigError, GpuClock};
+use crate::gpu::{
+    check, non_negative, positive, ConfigError, GpuClock, SegmentState, ThermalConfig,
+};
 use crate::trace::{Segment, TraceError};
 
 /// The response model of a logger (see the [module documentation](self)).
@@ -412,6 +432,30 @@ pub struct LoggerSample {
     pub response_w: f64,
     /// The reported power, W.
     pub power_w: f64,
+    /// The die's temperature the logger reports with the power, °C (see the
+    /// [module documentation](self#temperature)); None when not modelled.
+    pub temperature_c: Option<f64>,
+}
+
+/// The die's temperature over the segment being fed: `settled_c + (start_c - settled_c)
+/// * exp(-(t - start_s) / tau_s)` for `t` in `[start_s, end_s]`.
+#[derive(Debug, Clone, Copy)]
+struct Heat {
+    start_s: f64,
+    end_s: f64,
+    start_c: f64,
+    settled_c: f64,
+    tau_s: f64,
+}
+
+impl Heat {
+    fn at(&self, t_s: f64) -> f64 {
+        if self.tau_s.is_infinite() {
+            return self.start_c;
+        }
+        let t = t_s.clamp(self.start_s, self.end_s);
+        self.settled_c + (self.start_c - self.settled_c) * (-(t - self.start_s) / self.tau_s).exp()
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -450,6 +494,10 @@ pub struct Logger {
     end_s: Option<f64>,
     next_k: u64,
     out: VecDeque<LoggerSample>,
+    /// The die's thermal model, for the temperature within a segment.
+    thermal: Option<ThermalConfig>,
+    /// The temperature over the segment being fed, if it came with one.
+    heat: Option<Heat>,
 }
 
 impl Logger {
@@ -483,7 +531,17 @@ impl Logger {
             end_s: None,
             next_k: 0,
             out: VecDeque::new(),
+            thermal: None,
+            heat: None,
         })
+    }
+
+    /// The die's thermal model (the scenario's `[gpu.thermal]`), for the temperature the
+    /// samples carry within a segment fed with [`push_with_state`](Logger::push_with_state)
+    /// (see the [module documentation](self#temperature)).
+    pub fn with_thermal(mut self, thermal: Option<ThermalConfig>) -> Self {
+        self.thermal = thermal;
+        self
     }
 
     /// The configuration.
@@ -507,8 +565,22 @@ impl Logger {
     }
 
     /// Feeds the next segment of the true power (contiguous with the previous one) and
-    /// queues every report that it completes.
+    /// queues every report that it completes; the reports carry no temperature.
     pub fn push(&mut self, seg: &Segment) -> Result<(), TraceError> {
+        self.push_at(seg, None)
+    }
+
+    /// Like [`push`](Logger::push), with the GPU's state over the segment: the reports
+    /// carry the die's temperature (see the [module documentation](self#temperature)).
+    pub fn push_with_state(
+        &mut self,
+        seg: &Segment,
+        state: &SegmentState,
+    ) -> Result<(), TraceError> {
+        self.push_at(seg, state.temperature_c)
+    }
+
+    fn push_at(&mut self, seg: &Segment, start_c: Option<f64>) -> Result<(), TraceError> {
         if !(seg.start_s.is_finite() && seg.end_s.is_finite() && seg.end_s > seg.start_s) {
             return Err(TraceError::BadSegment {
                 start_s: seg.start_s,
@@ -531,6 +603,19 @@ impl Logger {
             None => self.start(seg),
         }
         self.end_s = Some(seg.end_s);
+        self.heat = start_c.map(|start_c| {
+            let (settled_c, tau_s) = match &self.thermal {
+                Some(th) => (th.ambient_c + th.r_c_per_w * seg.power_w, th.tau_s),
+                None => (start_c, f64::INFINITY),
+            };
+            Heat {
+                start_s: seg.start_s,
+                end_s: seg.end_s,
+                start_c,
+                settled_c,
+                tau_s,
+            }
+        });
         let piece = Piece {
             start_s: seg.start_s,
             end_s: seg.end_s,
@@ -588,12 +673,14 @@ impl Logger {
                 read_s: t_s + read_latency_s,
             },
         };
+        let temperature_c = self.heat.map(|h| h.at(t_s - self.config.delay_s));
         self.out.push_back(LoggerSample {
             index: self.next_k,
             true_time_s: t_s,
             stamp,
             response_w,
             power_w: self.config.apply_distortions(response_w),
+            temperature_c,
         });
         self.next_k += 1;
     }
@@ -682,5 +769,120 @@ impl Logger {
             };
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::Gpu;
+    use crate::scenario::{default_scenario, Loaded};
+
+    fn dvfs_scenario() -> Loaded {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/dvfs.toml");
+        crate::scenario::load(&path).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Runs the scenario's GPU and logger (fed as the twin feeds it) to `until_s`: the
+    /// segments with their states, and the samples.
+    fn run(l: &Loaded, until_s: f64) -> (Vec<(Segment, SegmentState)>, Vec<LoggerSample>) {
+        let s = &l.scenario;
+        let mut gpu =
+            Gpu::new(s.gpu.clone(), s.kernels.clone(), s.workload.clone(), s.seed).unwrap();
+        gpu.set_record_executions(false);
+        let mut logger = Logger::new(s.logger.clone(), *gpu.clock())
+            .unwrap()
+            .with_thermal(s.gpu.thermal.clone());
+        let mut segs = Vec::new();
+        let mut samples = Vec::new();
+        while gpu.now_s() < until_s {
+            let (seg, state) = gpu.next_segment_with_state();
+            logger.push_with_state(&seg, &state).unwrap();
+            samples.extend(logger.drain_samples());
+            segs.push((seg, state));
+        }
+        (segs, samples)
+    }
+
+    #[test]
+    fn the_loggers_temperature_follows_the_dies_on_the_dvfs_scenario() {
+        let l = dvfs_scenario();
+        let th = l.scenario.gpu.thermal.clone().unwrap();
+        // The cold sweep and most of the ~4.1 s of gemm at the high level.
+        let (segs, samples) = run(&l, 4.0);
+        assert!(samples.len() > 3_900, "{} samples", samples.len());
+        let mut j = 0;
+        for s in &samples {
+            // The segment holding the report instant (the later one at a boundary; the
+            // last one for a report at the end of the timeline generated so far).
+            while j + 1 < segs.len() && segs[j].0.end_s <= s.true_time_s {
+                j += 1;
+            }
+            let (seg, state) = &segs[j];
+            let t = s.temperature_c.expect("a temperature with a thermal model");
+            if seg.start_s == s.true_time_s {
+                // At a boundary: exactly the truth's temperature_c of the segment.
+                assert_eq!(Some(t), state.temperature_c, "at {} s", s.true_time_s);
+            } else {
+                let t0 = state.temperature_c.unwrap();
+                let settled = th.ambient_c + th.r_c_per_w * seg.power_w;
+                let want =
+                    settled + (t0 - settled) * (-(s.true_time_s - seg.start_s) / th.tau_s).exp();
+                assert!((t - want).abs() < 1e-9, "{t} vs {want} °C");
+                // Between the segment's two ends' temperatures.
+                if let Some((_, next)) = segs.get(j + 1) {
+                    let t1 = next.temperature_c.unwrap();
+                    assert!(t >= t0.min(t1) - 1e-12 && t <= t0.max(t1) + 1e-12);
+                }
+            }
+        }
+        // It rises under sustained load, as the truth's does (by ~17 °C by 4 s).
+        let first = samples[0].temperature_c.unwrap();
+        let last = samples.last().unwrap().temperature_c.unwrap();
+        assert!((first - th.initial_c.unwrap()).abs() < 0.1, "{first} °C");
+        assert!(last - first > 12.0, "from {first} to {last} °C");
+        let truth_last = segs.last().unwrap().1.temperature_c.unwrap();
+        assert!(
+            (truth_last - last).abs() < 0.01,
+            "{truth_last} vs {last} °C"
+        );
+    }
+
+    #[test]
+    fn the_temperature_is_t_ref_without_a_thermal_model_and_none_without_either() {
+        let mut l = dvfs_scenario();
+        l.scenario.gpu.thermal = None;
+        let t_ref = l.scenario.gpu.power_model.as_ref().unwrap().t_ref_c;
+        let (_, samples) = run(&l, 0.05);
+        assert!(!samples.is_empty());
+        assert!(samples.iter().all(|s| s.temperature_c == Some(t_ref)));
+
+        let (_, samples) = run(&default_scenario(), 0.05);
+        assert!(!samples.is_empty());
+        assert!(samples.iter().all(|s| s.temperature_c.is_none()));
+    }
+
+    #[test]
+    fn the_temperature_changes_nothing_else() {
+        let l = dvfs_scenario();
+        let s = &l.scenario;
+        let (segs, with) = run(&l, 0.5);
+        let gpu = Gpu::new(s.gpu.clone(), s.kernels.clone(), s.workload.clone(), s.seed).unwrap();
+        let mut plain = Logger::new(s.logger.clone(), *gpu.clock()).unwrap();
+        for (seg, _) in &segs {
+            plain.push(seg).unwrap();
+        }
+        let without: Vec<LoggerSample> = plain.drain_samples().collect();
+        assert_eq!(with.len(), without.len());
+        for (a, b) in with.iter().zip(&without) {
+            assert_eq!(b.temperature_c, None);
+            assert_eq!(
+                LoggerSample {
+                    temperature_c: None,
+                    ..*a
+                },
+                *b
+            );
+        }
     }
 }

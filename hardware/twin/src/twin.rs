@@ -111,7 +111,9 @@ impl Twin {
             let mut gpu = Gpu::new(s.gpu.clone(), s.kernels.clone(), s.workload.clone(), s.seed)
                 .map_err(bad)?;
             gpu.set_host_launches(gpu_host);
-            let logger = Logger::new(s.logger.clone(), *gpu.clock()).map_err(bad)?;
+            let logger = Logger::new(s.logger.clone(), *gpu.clock())
+                .map_err(bad)?
+                .with_thermal(s.gpu.thermal.clone());
             let side = Rc::new(RefCell::new((gpu, logger)));
             let feed = side.clone();
             let segment_tx = tx.clone();
@@ -119,7 +121,7 @@ impl Twin {
                 let mut side = feed.borrow_mut();
                 let (seg, state) = side.0.next_segment_with_state();
                 // Segments come in order and contiguous: the logger cannot refuse them.
-                let _ = side.1.push(&seg);
+                let _ = side.1.push_with_state(&seg, &state);
                 if let Some(t) = &segment_tx {
                     let _ = t.send(Row::GpuSegment(seg, state));
                 }

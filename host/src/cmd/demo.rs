@@ -130,6 +130,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         clock_reads: 5,
         trigger_line: 0,
         target: None,
+        preheat_s: 0.0,
     };
     let t = Instant::now();
     let result = profile::profile(

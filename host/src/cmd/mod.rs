@@ -9,6 +9,7 @@ pub mod export;
 pub mod import;
 pub mod info;
 pub mod inspect;
+pub mod model;
 pub mod plot;
 pub mod profile;
 pub mod report;

@@ -87,6 +87,10 @@ pub struct Args {
     /// `mid`, `low`); the GPU's current one when not given.
     #[arg(long)]
     dvfs: Option<String>,
+    /// Run the kernel back to back for this long first, s of execution time (not
+    /// recorded): profile the GPU at the temperature that work holds it at.
+    #[arg(long, default_value_t = 0.0)]
+    preheat_s: f64,
 }
 
 /// Runs `railtrace profile`.
@@ -103,6 +107,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             args.confidence
         );
     }
+    anyhow::ensure!(
+        args.preheat_s >= 0.0 && args.preheat_s.is_finite(),
+        "--preheat-s {}: need a duration >= 0",
+        args.preheat_s
+    );
     let plan = Plan {
         launch: Launch {
             kernel: args.kernel.clone(),
@@ -128,6 +137,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 ..Options::default()
             },
         }),
+        preheat_s: args.preheat_s,
     };
     match args.gpu.as_str() {
         "twin" => {

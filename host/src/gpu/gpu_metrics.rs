@@ -24,6 +24,13 @@
 //!   (u16, mW: the v2.4 header says "unit: mW"; older APU firmware also used mW, though
 //!   renoir's driver notes newer firmware that reports W); v3.0 `average_socket_power`
 //!   (u32, mW).
+//! - temperature: v1.x `temperature_hotspot` (u16, °C: the v1.4 header says
+//!   "Temperature (Celsius)"), and `temperature_edge` before it in v1.0–v1.3 (v1.4–v1.8,
+//!   MI300's, have no edge sensor); v2.x and v3.0 (APUs) `temperature_gfx` (u16,
+//!   centi-°C: "unit: centi-Celsius" in v2.4, and the drivers divide by 100 for hwmon).
+//!   railtrace reports the hotspot, else the edge, else the APU's gfx temperature. The
+//!   drivers fill the table with 0xff before writing the fields the firmware has, so a
+//!   field of 0xffff is a sensor not reported.
 //!
 //! Only the fields railtrace reads must lie inside the blob: AMD has appended fields to
 //! released versions (v1.6 grew at its end), so the blob may be longer than the struct
@@ -54,6 +61,9 @@ pub struct GpuMetrics {
     pub firmware_timestamp: Option<u64>,
     /// The socket power, W (`average_socket_power`, or `curr_socket_power` in v1.4+).
     pub socket_power_w: f64,
+    /// The GPU's temperature, °C: `temperature_hotspot`, else `temperature_edge` (v1.x),
+    /// else `temperature_gfx` (v2.x, v3.0); None when the table reports none (0xffff).
+    pub temperature_c: Option<f64>,
 }
 
 /// The width and unit of a version's socket power field.
@@ -75,6 +85,11 @@ struct Layout {
     unit: Power,
     /// Offset of `firmware_timestamp` (u64), where the version has one.
     firmware: Option<usize>,
+    /// Offsets of the temperatures (u16), in order of preference: `temperature_hotspot`
+    /// then `temperature_edge` (v1.x, °C), or `temperature_gfx` (v2.x, v3.0, centi-°C).
+    temperatures: &'static [usize],
+    /// Degrees C per unit of those fields.
+    temperature_scale: f64,
 }
 
 impl Layout {
@@ -91,6 +106,7 @@ impl Layout {
             self.firmware.map_or(0, |f| f + 8),
         ]
         .into_iter()
+        .chain(self.temperatures.iter().map(|t| t + 2))
         .max()
         .unwrap_or_default()
     }
@@ -99,23 +115,27 @@ impl Layout {
 /// The layout of `gpu_metrics_v{frev}_{crev}`, if railtrace knows it.
 fn layout(frev: u8, crev: u8) -> Option<Layout> {
     use Power::*;
-    let l = |clock, power, unit, firmware| Layout {
+    let l = |clock, power, unit, firmware, temperatures| Layout {
         clock,
         power,
         unit,
         firmware,
+        temperatures,
+        temperature_scale: if frev == 1 { 1.0 } else { 0.01 },
     };
+    // v1.0: edge, hotspot after the clock; v1.1-v1.3: edge, hotspot right after the
+    // header; v1.4-v1.8: hotspot right after the header; APUs: gfx first.
     Some(match (frev, crev) {
-        (1, 0) => l(8, 34, U16Watts, None),
-        (1, 1) => l(32, 22, U16Watts, None),
-        (1, 2) | (1, 3) => l(32, 22, U16Watts, Some(96)),
-        (1, 4) => l(32, 10, U16Watts, Some(232)),
-        (1, 5) => l(96, 10, U16Watts, Some(304)),
-        (1, 6) => l(96, 10, U16Watts, Some(328)),
-        (1, 7) | (1, 8) => l(32, 10, U16Watts, Some(288)),
-        (2, 0) => l(8, 44, U16Milliwatts, None),
-        (2, 1..=4) => l(32, 40, U16Milliwatts, None),
-        (3, 0) => l(104, 112, U32Milliwatts, None),
+        (1, 0) => l(8, 34, U16Watts, None, &[18, 16]),
+        (1, 1) => l(32, 22, U16Watts, None, &[6, 4]),
+        (1, 2) | (1, 3) => l(32, 22, U16Watts, Some(96), &[6, 4]),
+        (1, 4) => l(32, 10, U16Watts, Some(232), &[4]),
+        (1, 5) => l(96, 10, U16Watts, Some(304), &[4]),
+        (1, 6) => l(96, 10, U16Watts, Some(328), &[4]),
+        (1, 7) | (1, 8) => l(32, 10, U16Watts, Some(288), &[4]),
+        (2, 0) => l(8, 44, U16Milliwatts, None, &[16]),
+        (2, 1..=4) => l(32, 40, U16Milliwatts, None, &[4]),
+        (3, 0) => l(104, 112, U32Milliwatts, None, &[4]),
         _ => return None,
     })
 }
@@ -159,6 +179,12 @@ pub fn parse(blob: &[u8], what: &str) -> Result<GpuMetrics, GpuError> {
         Power::U16Milliwatts => f64::from(u16_at(layout.power)) * 1e-3,
         Power::U32Milliwatts => f64::from(u32_at(layout.power)) * 1e-3,
     };
+    let temperature_c = layout
+        .temperatures
+        .iter()
+        .map(|&o| u16_at(o))
+        .find(|&t| t != u16::MAX)
+        .map(|t| f64::from(t) * layout.temperature_scale);
     Ok(GpuMetrics {
         format_revision: frev,
         content_revision: crev,
@@ -166,6 +192,7 @@ pub fn parse(blob: &[u8], what: &str) -> Result<GpuMetrics, GpuError> {
         system_clock_counter: u64_at(layout.clock),
         firmware_timestamp: layout.firmware.map(u64_at),
         socket_power_w,
+        temperature_c,
     })
 }
 
@@ -260,6 +287,7 @@ impl GpuMetricsLogger {
             host_ns,
             power_w: m.socket_power_w,
             instant_w: None,
+            temperature_c: m.temperature_c,
         })
     }
 }
@@ -305,13 +333,17 @@ mod tests {
         f.extend(match (frev, crev) {
             (1, 0) => vec![
                 ("system_clock_counter", 8, 1),
-                ("temperature_*", 2, 6),
+                ("temperature_edge", 2, 1),
+                ("temperature_hotspot", 2, 1),
+                ("temperature_mem, temperature_vr*", 2, 4),
                 ("average_*_activity", 2, 3),
                 ("average_socket_power", 2, 1),
                 ("energy_accumulator", 4, 1),
             ],
             (1, 3) => vec![
-                ("temperature_*", 2, 6),
+                ("temperature_edge", 2, 1),
+                ("temperature_hotspot", 2, 1),
+                ("temperature_mem, temperature_vr*", 2, 4),
                 ("average_*_activity", 2, 3),
                 ("average_socket_power", 2, 1),
                 ("energy_accumulator", 8, 1),
@@ -330,11 +362,8 @@ mod tests {
                 ("indep_throttle_status", 8, 1),
             ],
             (1, 4) | (1, 5) | (1, 6) => vec![
-                (
-                    "temperature_hotspot, temperature_mem, temperature_vrsoc",
-                    2,
-                    3,
-                ),
+                ("temperature_hotspot", 2, 1),
+                ("temperature_mem, temperature_vrsoc", 2, 2),
                 ("curr_socket_power", 2, 1),
                 ("average_gfx_activity, average_umc_activity", 2, 2),
                 ("vcn_activity", 2, 4),
@@ -359,11 +388,8 @@ mod tests {
                 ("firmware_timestamp", 8, 1),
             ],
             (1, 7) | (1, 8) => vec![
-                (
-                    "temperature_hotspot, temperature_mem, temperature_vrsoc",
-                    2,
-                    3,
-                ),
+                ("temperature_hotspot", 2, 1),
+                ("temperature_mem, temperature_vrsoc", 2, 2),
                 ("curr_socket_power", 2, 1),
                 ("average_gfx_activity, average_umc_activity", 2, 2),
                 ("mem_max_bandwidth", 8, 1),
@@ -384,22 +410,21 @@ mod tests {
             ],
             (2, 0) => vec![
                 ("system_clock_counter", 8, 1),
-                ("temperature_*", 2, 12),
+                ("temperature_gfx", 2, 1),
+                ("temperature_soc, temperature_core, temperature_l3", 2, 11),
                 ("average_gfx_activity, average_mm_activity", 2, 2),
                 ("average_socket_power", 2, 1),
             ],
             (2, 1) | (2, 4) => vec![
-                ("temperature_*", 2, 12),
+                ("temperature_gfx", 2, 1),
+                ("temperature_soc, temperature_core, temperature_l3", 2, 11),
                 ("average_gfx_activity, average_mm_activity", 2, 2),
                 ("system_clock_counter", 8, 1),
                 ("average_socket_power", 2, 1),
             ],
             (3, 0) => vec![
-                (
-                    "temperature_gfx, temperature_soc, temperature_core, temperature_skin",
-                    2,
-                    19,
-                ),
+                ("temperature_gfx", 2, 1),
+                ("temperature_soc, temperature_core, temperature_skin", 2, 18),
                 ("average_*_activity, average_dram_*, average_ipu_*", 2, 30),
                 ("system_clock_counter", 8, 1),
                 ("average_socket_power", 4, 1),
@@ -421,17 +446,22 @@ mod tests {
         (offsets, at)
     }
 
-    /// A blob of version `frev.crev` holding the given values, its fields placed by
-    /// [`c_offsets`]; other bytes are 0xee, so a misplaced read shows.
+    /// Writes `bytes` at field `name` of version `frev.crev` in `b`, if it has one.
+    fn put(b: &mut [u8], frev: u8, crev: u8, name: &str, bytes: &[u8]) {
+        let (offsets, _) = c_offsets(&fields(frev, crev));
+        if let Some(&(_, o)) = offsets.iter().find(|(n, _)| *n == name) {
+            b[o..o + bytes.len()].copy_from_slice(bytes);
+        }
+    }
+
+    /// A blob of version `frev.crev` holding the given values (and the temperatures
+    /// [`EDGE`], [`HOTSPOT`] and [`GFX_CENTI`] where it has those fields), its fields
+    /// placed by [`c_offsets`]; other bytes are 0xee, so a misplaced read shows.
     fn blob(frev: u8, crev: u8, clock: u64, power: u32, firmware: u64) -> Vec<u8> {
-        let (offsets, end) = c_offsets(&fields(frev, crev));
+        let (_, end) = c_offsets(&fields(frev, crev));
         let size = end.next_multiple_of(8);
         let mut b = vec![0xee; size];
-        let put = |b: &mut Vec<u8>, name: &str, bytes: &[u8]| {
-            if let Some(&(_, o)) = offsets.iter().find(|(n, _)| *n == name) {
-                b[o..o + bytes.len()].copy_from_slice(bytes);
-            }
-        };
+        let put = |b: &mut Vec<u8>, name: &str, bytes: &[u8]| put(b, frev, crev, name, bytes);
         put(&mut b, "structure_size", &(size as u16).to_le_bytes());
         put(&mut b, "format_revision", &[frev]);
         put(&mut b, "content_revision", &[crev]);
@@ -444,11 +474,20 @@ mod tests {
             put(&mut b, "average_socket_power", &p);
             put(&mut b, "curr_socket_power", &p);
         }
+        put(&mut b, "temperature_edge", &EDGE.to_le_bytes());
+        put(&mut b, "temperature_hotspot", &HOTSPOT.to_le_bytes());
+        put(&mut b, "temperature_gfx", &GFX_CENTI.to_le_bytes());
         b
     }
 
     const CLOCK: u64 = 0x0123_4567_89ab_cdef;
     const FIRMWARE: u64 = 0x0000_0011_2233_4455;
+    /// `temperature_edge`, °C.
+    const EDGE: u16 = 47;
+    /// `temperature_hotspot`, °C.
+    const HOTSPOT: u16 = 71;
+    /// `temperature_gfx` of the APUs, centi-°C.
+    const GFX_CENTI: u16 = 5_325;
 
     #[test]
     fn the_table_matches_the_c_layouts() {
@@ -459,6 +498,7 @@ mod tests {
             assert_eq!(m.socket_power_w, 345.0, "v{frev}.{crev}");
             let firmware = (crev >= 2).then_some(FIRMWARE);
             assert_eq!(m.firmware_timestamp, firmware, "v{frev}.{crev}");
+            assert_eq!(m.temperature_c, Some(71.0), "hotspot, v{frev}.{crev}");
         }
         for (frev, crev, mw) in [(2, 0, 45678), (2, 1, 45678), (2, 4, 45678), (3, 0, 123456)] {
             let m = parse(&blob(frev, crev, CLOCK, mw, FIRMWARE), "test").unwrap();
@@ -468,7 +508,31 @@ mod tests {
                 "v{frev}.{crev}"
             );
             assert_eq!(m.firmware_timestamp, None);
+            let t = m.temperature_c.unwrap();
+            assert!((t - 53.25).abs() < 1e-9, "gfx, v{frev}.{crev}: {t}");
         }
+    }
+
+    #[test]
+    fn a_temperature_not_reported_falls_back_or_is_none() {
+        // The drivers fill what the firmware does not report with 0xff.
+        let unset = u16::MAX.to_le_bytes();
+        for (frev, crev) in [(1, 0), (1, 3)] {
+            let mut b = blob(frev, crev, CLOCK, 345, FIRMWARE);
+            put(&mut b, frev, crev, "temperature_hotspot", &unset);
+            let m = parse(&b, "test").unwrap();
+            assert_eq!(m.temperature_c, Some(47.0), "edge, v{frev}.{crev}");
+            put(&mut b, frev, crev, "temperature_edge", &unset);
+            assert_eq!(parse(&b, "test").unwrap().temperature_c, None);
+        }
+        // MI300's tables have no edge sensor.
+        let mut b = blob(1, 5, CLOCK, 345, FIRMWARE);
+        put(&mut b, 1, 5, "temperature_hotspot", &unset);
+        let m = parse(&b, "test").unwrap();
+        assert_eq!((m.socket_power_w, m.temperature_c), (345.0, None));
+        let mut b = blob(2, 4, CLOCK, 45678, FIRMWARE);
+        put(&mut b, 2, 4, "temperature_gfx", &unset);
+        assert_eq!(parse(&b, "test").unwrap().temperature_c, None);
     }
 
     #[test]
@@ -543,6 +607,7 @@ mod tests {
             }
         );
         assert_eq!((r.power_w, r.instant_w), (612.0, None));
+        assert_eq!(r.temperature_c, Some(71.0));
 
         let logger = logger.with_clock(MetricsClock::Firmware).unwrap();
         let r = logger.read().unwrap();

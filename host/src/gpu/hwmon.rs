@@ -1,6 +1,8 @@
 //! amdgpu's hwmon power logger: `power1_average` and/or `power1_input` (µW, integer text)
 //! in `/sys/class/drm/cardN/device/hwmon/hwmonM/`, the hwmon directory whose `name` is
-//! `amdgpu`. Some kernels and GPUs have only one of the two files.
+//! `amdgpu`. Some kernels and GPUs have only one of the two files. The GPU's temperature
+//! comes from `temp1_input` (millidegrees C, integer text, as every hwmon `temp*_input`;
+//! amdgpu's temp1 is the edge sensor) where the directory has one.
 //!
 //! Each [`PowerLogger::poll`] reads the files once and returns that one reading, stamped
 //! with the host time at the middle of the read ([`Stamp::HostNs`]); it does not skip
@@ -22,6 +24,7 @@ pub struct HwmonLogger {
     dir: PathBuf,
     average: Option<PathBuf>,
     input: Option<PathBuf>,
+    temperature: Option<PathBuf>,
 }
 
 impl HwmonLogger {
@@ -61,10 +64,12 @@ impl HwmonLogger {
                 dir.display()
             )));
         }
+        let temperature = file("temp1_input");
         Ok(HwmonLogger {
             dir,
             average,
             input,
+            temperature,
         })
     }
 
@@ -74,7 +79,10 @@ impl HwmonLogger {
     }
 
     /// Reads the power files once. `power_w` is `power1_average` where there is one,
-    /// else `power1_input`; `instant_w` is `power1_input` where there is one.
+    /// else `power1_input`; `instant_w` is `power1_input` where there is one;
+    /// `temperature_c` is `temp1_input` where there is one, read after the power files
+    /// (outside the stamp's bracket). A temperature the driver does not give (the read
+    /// fails, or the text is not an integer) is None: the power reading is kept.
     pub fn read(&self) -> Result<LoggerReading, GpuError> {
         let before = host_now_ns();
         let average = self.average.as_deref().map(read_uw).transpose()?;
@@ -83,11 +91,17 @@ impl HwmonLogger {
         let watts = |uw: u64| uw as f64 * 1e-6;
         let instant_w = input.map(watts);
         let power_w = average.map(watts).or(instant_w).unwrap_or_default();
+        let temperature_c = self
+            .temperature
+            .as_deref()
+            .and_then(|p| read_millidegrees(p).ok())
+            .map(|m| m as f64 * 1e-3);
         Ok(LoggerReading {
             stamp: Stamp::HostNs(before + (after - before) / 2),
             host_ns: after,
             power_w,
             instant_w,
+            temperature_c,
         })
     }
 }
@@ -97,6 +111,7 @@ impl PowerLogger for HwmonLogger {
         let files: Vec<&str> = [
             ("power1_average", &self.average),
             ("power1_input", &self.input),
+            ("temp1_input", &self.temperature),
         ]
         .into_iter()
         .filter_map(|(name, path)| path.as_ref().map(|_| name))
@@ -186,6 +201,15 @@ fn read_uw(path: &Path) -> Result<u64, GpuError> {
     })
 }
 
+/// Reads a file holding one integer, millidegrees C (hwmon's `temp*_input`: signed).
+fn read_millidegrees(path: &Path) -> Result<i64, GpuError> {
+    let text = std::fs::read_to_string(path).map_err(|e| io_error(path, e))?;
+    text.trim().parse().map_err(|_| GpuError::Format {
+        what: path.display().to_string(),
+        why: format!("not an integer: {:?}", text.trim()),
+    })
+}
+
 /// An I/O error on `path` as a [`GpuError`] naming the path.
 pub(crate) fn io_error(path: &Path, e: std::io::Error) -> GpuError {
     let what = path.display().to_string();
@@ -230,7 +254,7 @@ pub(crate) mod tests {
     }
 
     /// card0 is another driver's, card1 has a connector and amdgpu at hwmon3 (with both
-    /// files), card2 amdgpu with only `power1_input`.
+    /// power files and `temp1_input`), card2 amdgpu with only `power1_input`.
     fn sysfs() -> Tree {
         let t = Tree::new("hwmon");
         t.write("sys/class/drm/card0/device/hwmon/hwmon0/name", "nouveau\n");
@@ -248,6 +272,10 @@ pub(crate) mod tests {
         t.write(
             "sys/class/drm/card1/device/hwmon/hwmon3/power1_input",
             "250000000\n",
+        );
+        t.write(
+            "sys/class/drm/card1/device/hwmon/hwmon3/temp1_input",
+            "48500\n",
         );
         t.write("sys/class/drm/card2/device/hwmon/hwmon4/name", "amdgpu\n");
         t.write(
@@ -269,11 +297,14 @@ pub(crate) mod tests {
         let r = readings[0];
         assert!((r.power_w - 123.456789).abs() < 1e-9);
         assert_eq!(r.instant_w, Some(250.0));
+        assert_eq!(r.temperature_c, Some(48.5));
         let Stamp::HostNs(mid) = r.stamp else {
             panic!("not a host stamp: {:?}", r.stamp)
         };
         assert!(before <= mid && mid <= r.host_ns && r.host_ns <= after);
-        assert!(logger.describe().contains("power1_average, power1_input"));
+        assert!(logger
+            .describe()
+            .contains("power1_average, power1_input, temp1_input"));
     }
 
     #[test]
@@ -281,6 +312,24 @@ pub(crate) mod tests {
         let t = sysfs();
         let r = HwmonLogger::open(&t.0, Some(2)).unwrap().read().unwrap();
         assert_eq!((r.power_w, r.instant_w), (42.0, Some(42.0)));
+        assert_eq!(r.temperature_c, None, "no temp1_input");
+    }
+
+    #[test]
+    fn the_temperature_is_in_millidegrees_and_optional() {
+        let t = sysfs();
+        let temp = "sys/class/drm/card1/device/hwmon/hwmon3/temp1_input";
+        let logger = HwmonLogger::open(&t.0, Some(1)).unwrap();
+        t.write(temp, "-1250\n");
+        assert_eq!(logger.read().unwrap().temperature_c, Some(-1.25));
+        // A sensor the driver does not give (amdgpu answers some reads with an error)
+        // leaves the power reading as it is.
+        t.write(temp, "n/a\n");
+        let r = logger.read().unwrap();
+        assert_eq!((r.power_w, r.temperature_c), (123.456789, None));
+        std::fs::remove_file(t.0.join(temp)).unwrap();
+        let r = logger.read().unwrap();
+        assert_eq!((r.instant_w, r.temperature_c), (Some(250.0), None));
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+pub mod amd_dvfs;
 pub mod gpu_metrics;
 pub mod hwmon;
 #[cfg(feature = "nvml")]
@@ -125,6 +126,9 @@ pub struct LoggerReading {
     pub power_w: f64,
     /// The instantaneous power, W, where the logger reports one.
     pub instant_w: Option<f64>,
+    /// The GPU's temperature the logger reported with the reading, °C, where it reports
+    /// one.
+    pub temperature_c: Option<f64>,
 }
 
 /// Runs kernels on a GPU.

@@ -84,6 +84,7 @@ impl NvmlLogger {
             host_ns: after,
             power_w: f64::from(mw) * 1e-3,
             instant_w: None,
+            temperature_c: None,
         })
     }
 }
@@ -128,6 +129,7 @@ fn from_fields(
         host_ns: after,
         power_w: average.or(instant)?.0,
         instant_w: instant.map(|(w, _)| w),
+        temperature_c: None,
     })
 }
 

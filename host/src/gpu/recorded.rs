@@ -1,5 +1,6 @@
 //! A logger's readings from a recording (e.g. nvidia-smi's in a `railtrace import pmd`),
-//! replayed as a [`PowerLogger`]: every `logger` row, with its host timestamp.
+//! replayed as a [`PowerLogger`]: every `logger` row, with its host timestamp and the
+//! temperature it reported (`logger_temp_c`, null in recordings older than format 4).
 
 use std::path::Path;
 
@@ -20,10 +21,11 @@ impl RecordedLogger {
         let epoch = r.meta.epoch_utc_ns;
         let mut readings = Vec::new();
         for rows in r.rows() {
-            let (time, w, inst) = (
+            let (time, w, inst, temp) = (
                 rows.f64("time_s"),
                 rows.f64("logger_w"),
                 rows.f64("logger_instant_w"),
+                rows.f64("logger_temp_c"),
             );
             let host = rows.column::<arrow_array::Int64Array>("host_recv_ns");
             for i in 0..rows.len() {
@@ -38,6 +40,7 @@ impl RecordedLogger {
                     host_ns: ns,
                     power_w: w.value(i),
                     instant_w: Rows::get(inst, i),
+                    temperature_c: Rows::get(temp, i),
                 });
             }
         }
@@ -84,11 +87,12 @@ mod tests {
             settings: None,
         };
         let mut w = Writer::create(&path, &meta).unwrap();
-        for (k, host_ns) in [(0, Some(2_000_000_000)), (1, None)] {
+        for (k, host_ns, temperature_c) in [(0, Some(2_000_000_000), Some(55.5)), (1, None, None)] {
             w.event(&Event::Logger {
                 time_s: f64::from(k) * 0.5,
                 power_w: 100.0 + f64::from(k),
                 instant_w: None,
+                temperature_c,
                 gpu_ticks: None,
                 host_ns,
                 own_s: None,
@@ -102,6 +106,7 @@ mod tests {
         assert_eq!(r[0].stamp, Stamp::HostNs(2_000_000_000));
         assert_eq!(r[1].stamp, Stamp::HostNs(1_500_000_000), "epoch + time_s");
         assert_eq!(r[1].power_w, 101.0);
+        assert_eq!((r[0].temperature_c, r[1].temperature_c), (Some(55.5), None));
         assert!(l.poll().unwrap().is_empty());
         std::fs::remove_file(&path).unwrap();
         let e = RecordedLogger::open(Path::new("/nonexistent.arrow")).unwrap_err();

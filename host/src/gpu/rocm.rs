@@ -21,12 +21,25 @@
 //!
 //! Each execution is bracketed by events (event i before execution i, one more after the
 //! last), so an execution's end is the next one's start.
+//!
+//! **DVFS.** The runner sets core clock levels through amdgpu's sysfs files
+//! ([`super::amd_dvfs`]: levels named `"0"`, `"1"`, … as `pp_dpm_sclk` numbers them).
+//! The card's device directory is [`DVFS_DIR_ENV`] where that is set, else that of the
+//! N-th card listing levels for HIP device N ([`super::amd_dvfs::nth_device_dir`]: HIP
+//! and the DRM cards are both in PCI order, unless `HIP_VISIBLE_DEVICES` or the like
+//! renumbers HIP's, in which case the runner does not guess; `railtrace-rocm` has no
+//! `hipDeviceGetPCIBusId` to match the PCI address exactly). Without the directory or
+//! its files the runner has no levels and [`GpuRunner::request_dvfs`] says why. A
+//! launch's level is requested before its random delay; the driver gets the choice back
+//! (`auto`) when the runner is dropped.
 
+use std::path::Path;
 use std::time::Duration;
 
 use railtrace_rocm::{DeviceBuffer, Event, HipError, Stream};
 
-use super::{host_now_ns, ClockRead, ExecutionRecord, GpuError, GpuRunner, Launch};
+use super::amd_dvfs::{nth_device_dir, AmdDvfs};
+use super::{host_now_ns, ClockRead, DvfsRequest, ExecutionRecord, GpuError, GpuRunner, Launch};
 use crate::trigger::TriggerOut;
 
 /// Bytes one `memset` execution writes.
@@ -35,6 +48,17 @@ pub const MEMSET_BYTES: usize = 768 << 20;
 pub const MEMCPY_BYTES: usize = 384 << 20;
 /// The runner's kernels.
 pub const KERNELS: [&str; 2] = ["memset", "memcpy"];
+/// The environment variable naming the card's sysfs device directory
+/// (`/sys/class/drm/cardN/device`) whose DVFS levels the runner sets.
+pub const DVFS_DIR_ENV: &str = "RAILTRACE_AMD_SYSFS";
+/// Environment variables that renumber HIP's devices: with any of them set, the runner
+/// does not guess which card is its device.
+const RENUMBERING: [&str; 4] = [
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "CUDA_VISIBLE_DEVICES",
+    "GPU_DEVICE_ORDINAL",
+];
 
 /// Runs `memset` and `memcpy` trains on one HIP device.
 #[derive(Debug)]
@@ -49,6 +73,8 @@ pub struct RocmRunner {
     dst: DeviceBuffer,
     train: u64,
     rng: u64,
+    /// The card's DVFS levels, or why there are none.
+    dvfs: Result<AmdDvfs, String>,
 }
 
 impl RocmRunner {
@@ -93,7 +119,20 @@ impl RocmRunner {
             dst: DeviceBuffer::new(memcpy_bytes).map_err(e)?,
             train: 0,
             rng: (host_now_ns() as u64) | 1,
+            dvfs: open_dvfs(device),
         })
+    }
+
+    /// Sets DVFS levels through the card device directory `dir`
+    /// (`/sys/class/drm/cardN/device`) instead of the one found at open.
+    pub fn set_dvfs_dir(&mut self, dir: &Path) -> Result<(), GpuError> {
+        self.dvfs = Ok(AmdDvfs::open(dir)?);
+        Ok(())
+    }
+
+    /// The card's DVFS levels, or why the runner has none.
+    pub fn dvfs(&self) -> Result<&AmdDvfs, &str> {
+        self.dvfs.as_ref().map_err(String::as_str)
     }
 
     /// Ticks of `events` (recorded, in stream order, after the anchor and complete); the
@@ -155,6 +194,32 @@ impl GpuRunner for RocmRunner {
         1e9
     }
 
+    fn dvfs_levels(&self) -> Vec<String> {
+        match &self.dvfs {
+            Ok(dvfs) => dvfs.levels().iter().map(|l| l.name.clone()).collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    fn request_dvfs(&mut self, level: &str) -> Result<DvfsRequest, GpuError> {
+        let dvfs = match &mut self.dvfs {
+            Ok(dvfs) => dvfs,
+            Err(why) => {
+                return Err(GpuError::Unsupported(format!(
+                    "HIP device {}: cannot set DVFS level {level:?}: {why}",
+                    self.device
+                )))
+            }
+        };
+        let host_before_ns = host_now_ns();
+        dvfs.set(level)?;
+        Ok(DvfsRequest {
+            level: level.into(),
+            host_before_ns,
+            host_after_ns: host_now_ns(),
+        })
+    }
+
     fn read_clock(&mut self) -> Result<ClockRead, GpuError> {
         let event = Event::new().map_err(|e| self.error(e))?;
         let host_before_ns = host_now_ns();
@@ -174,17 +239,15 @@ impl GpuRunner for RocmRunner {
         launch: &Launch,
         trigger: &mut dyn TriggerOut,
     ) -> Result<Vec<ExecutionRecord>, GpuError> {
-        if let Some(level) = &launch.dvfs {
-            return Err(GpuError::Unsupported(format!(
-                "{}: setting DVFS level {level:?} is not supported yet",
-                self.describe()
-            )));
-        }
         let memset = match launch.kernel.as_str() {
             "memset" => true,
             "memcpy" => false,
             other => return Err(GpuError::UnknownKernel(other.into(), KERNELS.join(", "))),
         };
+        // The level before the random delay, so that the switch is over by the launch.
+        if let Some(level) = &launch.dvfs {
+            self.request_dvfs(level)?;
+        }
         let n = launch.warmup + launch.count;
         let events = (0..=n)
             .map(|_| Event::new())
@@ -217,6 +280,24 @@ impl GpuRunner for RocmRunner {
             })
             .collect())
     }
+}
+
+/// The DVFS levels of HIP device `device`'s card, or why there are none.
+fn open_dvfs(device: usize) -> Result<AmdDvfs, String> {
+    let dir = match std::env::var_os(DVFS_DIR_ENV) {
+        Some(dir) => dir.into(),
+        None => {
+            if let Some(var) = RENUMBERING.iter().find(|v| std::env::var_os(v).is_some()) {
+                return Err(format!(
+                    "{var} is set, so HIP device {device} need not be card {device} (from 0) of \
+                     those with DVFS levels; set {DVFS_DIR_ENV} to its \
+                     /sys/class/drm/cardN/device"
+                ));
+            }
+            nth_device_dir(Path::new("/"), device).map_err(|e| e.to_string())?
+        }
+    };
+    AmdDvfs::open(&dir).map_err(|e| e.to_string())
 }
 
 /// A uniform draw in `[0, 1)` (xorshift64*: enough to spread launch times).
@@ -315,6 +396,32 @@ mod tests {
             &mut edges,
         );
         assert!(matches!(e, Err(GpuError::UnknownKernel(..))));
+
+        // DVFS: the card's levels, or a clean Unsupported saying why there are none.
+        match r.dvfs() {
+            Ok(dvfs) => println!(
+                "DVFS through {}: levels {:?}",
+                dvfs.dir().display(),
+                r.dvfs_levels()
+            ),
+            Err(why) => {
+                println!("no DVFS: {why}");
+                assert!(r.dvfs_levels().is_empty());
+                let e = r.request_dvfs("0").unwrap_err();
+                assert!(matches!(e, GpuError::Unsupported(_)), "{e:?}");
+                let e = r.run(
+                    &Launch {
+                        kernel: "memset".into(),
+                        delay_s: (0.0, 0.0),
+                        warmup: 0,
+                        count: 1,
+                        dvfs: Some("0".into()),
+                    },
+                    &mut edges,
+                );
+                assert!(matches!(e, Err(GpuError::Unsupported(_))), "{e:?}");
+            }
+        }
     }
 
     #[test]

@@ -205,6 +205,7 @@ impl PowerLogger for TwinLogger<'_> {
                 host_ns,
                 power_w: l.power_w,
                 instant_w: None,
+                temperature_c: l.temperature_c,
             })
             .collect())
     }

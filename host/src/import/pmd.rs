@@ -121,6 +121,8 @@ pub struct SmiReading {
     pub power_draw_w: f64,
     /// `power.draw.instant [W]`, where logged.
     pub power_instant_w: Option<f64>,
+    /// `temperature.gpu` (°C), where logged.
+    pub temperature_c: Option<f64>,
 }
 
 /// Days from 1970-01-01 to the civil date (proleptic Gregorian; Howard Hinnant's
@@ -171,6 +173,7 @@ pub fn parse_smi(
     let t_col = col("timestamp").ok_or_else(|| bad(1, "no `timestamp` column".into()))?;
     let p_col = col("power.draw [W]").ok_or_else(|| bad(1, "no `power.draw [W]` column".into()))?;
     let i_col = col("power.draw.instant [W]");
+    let temp_col = col("temperature.gpu").or_else(|| col("temperature.gpu [C]"));
     let mut out = Vec::new();
     for (n, line) in lines.enumerate() {
         if line.trim().is_empty() {
@@ -184,10 +187,12 @@ pub fn parse_smi(
             .parse()
             .map_err(|_| bad(n + 2, format!("bad power.draw {:?}", field(p_col))))?;
         let power_instant_w = i_col.and_then(|c| field(c).parse().ok());
+        let temperature_c = temp_col.and_then(|c| field(c).parse().ok());
         out.push(SmiReading {
             time_us,
             power_draw_w,
             power_instant_w,
+            temperature_c,
         });
     }
     Ok(out)
@@ -316,6 +321,7 @@ pub fn write_recording(
         time_s: s(r.time_us),
         power_w: r.power_draw_w,
         instant_w: r.power_instant_w,
+        temperature_c: r.temperature_c,
         gpu_ticks: None,
         host_ns: Some((r.time_us * 1e3).round() as i64),
         own_s: None,
@@ -401,5 +407,19 @@ mod tests {
         );
         assert!((p[2].0 - 1600.0 * 7.5e-3).abs() < 1e-9 && p[2].1 == 0.0);
         assert!(parse_pmd(Path::new("x"), &bytes[..20], 0.0).is_err());
+    }
+
+    #[test]
+    fn nvidia_smis_temperature_where_logged() {
+        let text = "timestamp, power.draw [W], temperature.gpu\n\
+                    2023/07/14 10:10:26.905, 61.25, 47\n\
+                    2023/07/14 10:10:26.915, 62.00, [N/A]\n";
+        let r = parse_smi(Path::new("gpudata.csv"), text, 0.0).unwrap();
+        assert_eq!(r.len(), 2);
+        assert_eq!((r[0].power_draw_w, r[0].temperature_c), (61.25, Some(47.0)));
+        assert_eq!(r[1].temperature_c, None);
+        let text = "timestamp, power.draw [W]\n2023/07/14 10:10:26.905, 61.25\n";
+        let r = parse_smi(Path::new("gpudata.csv"), text, 0.0).unwrap();
+        assert_eq!(r[0].temperature_c, None);
     }
 }

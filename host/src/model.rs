@@ -1,0 +1,1008 @@
+//! Power models fitted on profiling runs (`railtrace model fit`, `railtrace model
+//! validate`): the observations each run gives, the model file, the validation.
+//!
+//! A *run* is one `railtrace profile --dvfs LEVEL` recording of one kernel at one DVFS
+//! level, with the rig's capture beside it. It gives one kernel observation (the
+//! kernel's mean power over its kept executions, their mean duration, the die
+//! temperature the GPU's logger reported over the run) and one idle observation (the
+//! power between executions), each as seen by three sources:
+//! - `rig`: the reference, the rig's stitched profile over each execution and 0.1 ms
+//!   past its end, less the idle power over those 0.1 ms (a linear input filter delays
+//!   the rise and the fall alike and conserves the energy), and its mean over the idle
+//!   stretch 0.2–0.8 ms after each execution's end;
+//! - `logger`: the GPU's own logger as it stands, the stitched profile's mean over the
+//!   kernel (`[0, duration]` after each start) and its readings long after it (idle):
+//!   what a power model fitted on the logger sees;
+//! - `corrected`: the stitched logger profile deconvolved with the logger's identified
+//!   model (`railtrace calibrate`), its energy per execution over the duration, and the
+//!   idle level the correction imposed.
+//!
+//! The utilisation of each kernel (and of idle) and the DVFS levels' frequency and
+//! voltage come from a GPU description: a TOML with `[[kernels]]` (name, `[[phases]]`
+//! with `duration_s` and `util = { compute, memory, other }`) and `[[gpu.dvfs]]` (name,
+//! `frequency_hz`, `voltage_v`), `[gpu.idle_util]` optional: the twin's scenario files
+//! are such descriptions; for a real GPU, a profiler's counters fill one in. A kernel's
+//! utilisation is its phases' mean weighted by their durations at the run's level
+//! ([`Gpu::util`]).
+//!
+//! Validation always scores against the rig (the reference): a model fitted on the
+//! logger is judged by how well it predicts what the GPU really draws.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context};
+use railtrace_calibration::power::{
+    fit_dvfs, fit_time, fit_util, DvfsModel, DvfsObservation, Observation, TimeModel, UtilModel,
+    DEFAULT_MAX_PIECES,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::analysis::{analyse, Analysis, Options, Point};
+use crate::recording::{self, Kind, Rows};
+
+/// The value of `format` in a model file.
+pub const FORMAT: &str = "railtrace-power-model";
+/// The version this code writes and reads.
+pub const VERSION: u32 = 1;
+
+/// The built-in GPU description: the twin's DVFS bench.
+pub const DVFS_SCENARIO: &str = include_str!("../../hardware/scenarios/dvfs.toml");
+
+/// The idle stretch after each execution's end whose rig power is the idle level, s
+/// (inside the shortest default delay between executions, 1 ms).
+const IDLE_SPAN_S: (f64, f64) = (0.2e-3, 0.8e-3);
+
+/// How far past each execution's end the rig's energy is counted, s (many times its input
+/// filter's time constant, inside the idle stretch).
+const TAIL_S: f64 = 0.1e-3;
+
+/// Which trace a model is fitted on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Against {
+    /// The rig's reference samples.
+    Rig,
+    /// The GPU's own logger, as it stands (stitched, not corrected).
+    Logger,
+    /// The GPU's logger, stitched and corrected with its identified model.
+    Corrected,
+}
+
+impl Against {
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Against::Rig => "rig",
+            Against::Logger => "logger",
+            Against::Corrected => "corrected",
+        }
+    }
+}
+
+/// Which model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelKind {
+    /// Utilisation model (EnergAIzer): static + Σ_m c_m·u_m·f·V².
+    Util,
+    /// DVFS model: constant + (clock + Σ_m a_m·u_m)·f·V² + leakage·V·e^{γ(T − T_ref)},
+    /// and each kernel's execution time against frequency.
+    Dvfs,
+}
+
+/// A DVFS level.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Level {
+    /// Its name.
+    pub name: String,
+    /// Core clock, Hz.
+    pub frequency_hz: f64,
+    /// Core voltage, V.
+    pub voltage_v: f64,
+}
+
+/// A GPU description: its kernels' utilisation and its DVFS levels.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gpu {
+    /// Where it came from.
+    pub origin: String,
+    /// Each kernel's phases: (duration at the first level, s; utilisation).
+    pub kernels: BTreeMap<String, Vec<(f64, [f64; 3])>>,
+    /// The utilisation while idle.
+    pub idle_util: [f64; 3],
+    /// The levels.
+    pub levels: Vec<Level>,
+}
+
+#[derive(Deserialize)]
+struct GpuFile {
+    gpu: GpuSection,
+    #[serde(default)]
+    kernels: Vec<KernelDesc>,
+}
+
+#[derive(Deserialize)]
+struct GpuSection {
+    #[serde(default)]
+    dvfs: Vec<Level>,
+    #[serde(default)]
+    idle_util: Util,
+}
+
+#[derive(Deserialize)]
+struct KernelDesc {
+    name: String,
+    phases: Vec<PhaseDesc>,
+}
+
+#[derive(Deserialize)]
+struct PhaseDesc {
+    duration_s: f64,
+    #[serde(default)]
+    util: Util,
+}
+
+#[derive(Deserialize, Default, Clone, Copy)]
+struct Util {
+    #[serde(default)]
+    compute: f64,
+    #[serde(default)]
+    memory: f64,
+    #[serde(default)]
+    other: f64,
+}
+
+impl Util {
+    fn array(self) -> [f64; 3] {
+        [self.compute, self.memory, self.other]
+    }
+}
+
+impl Gpu {
+    /// Reads a description from `path`, or the built-in one (`None`).
+    pub fn read(path: Option<&Path>) -> anyhow::Result<Gpu> {
+        match path {
+            Some(p) => {
+                let text = std::fs::read_to_string(p)
+                    .with_context(|| format!("cannot read the GPU description {}", p.display()))?;
+                Gpu::parse(&text, &p.display().to_string())
+            }
+            None => Gpu::parse(DVFS_SCENARIO, "the built-in hardware/scenarios/dvfs.toml"),
+        }
+    }
+
+    /// Parses a description; errors name `origin` and what is wrong.
+    pub fn parse(text: &str, origin: &str) -> anyhow::Result<Gpu> {
+        let f: GpuFile = toml::from_str(text).map_err(|e| anyhow!("{origin}: {e}"))?;
+        if f.gpu.dvfs.is_empty() {
+            bail!("{origin}: no [[gpu.dvfs]] levels (each a name, frequency_hz and voltage_v)");
+        }
+        for l in &f.gpu.dvfs {
+            if !(l.frequency_hz > 0.0 && l.voltage_v > 0.0) {
+                bail!(
+                    "{origin}: DVFS level {:?}: frequency_hz and voltage_v must be > 0",
+                    l.name
+                );
+            }
+        }
+        let unit = |u: [f64; 3], what: &str| -> anyhow::Result<[f64; 3]> {
+            if u.iter().all(|x| (0.0..=1.0).contains(x)) {
+                Ok(u)
+            } else {
+                bail!("{origin}: {what}: utilisation {u:?} outside [0, 1]")
+            }
+        };
+        let mut kernels = BTreeMap::new();
+        for k in &f.kernels {
+            if k.phases.is_empty() || k.phases.iter().any(|p| p.duration_s <= 0.0) {
+                bail!(
+                    "{origin}: kernel {:?}: phases must be there, each of positive duration",
+                    k.name
+                );
+            }
+            let phases = (k.phases.iter())
+                .map(|p| {
+                    Ok((
+                        p.duration_s,
+                        unit(p.util.array(), &format!("kernel {:?}", k.name))?,
+                    ))
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            kernels.insert(k.name.clone(), phases);
+        }
+        Ok(Gpu {
+            origin: origin.into(),
+            kernels,
+            idle_util: unit(f.gpu.idle_util.array(), "gpu.idle_util")?,
+            levels: f.gpu.dvfs,
+        })
+    }
+
+    /// The level named `name`, or an error naming the known ones.
+    pub fn level(&self, name: &str) -> anyhow::Result<&Level> {
+        self.levels.iter().find(|l| l.name == name).ok_or_else(|| {
+            anyhow!(
+                "{}: no DVFS level {name:?} (it has {})",
+                self.origin,
+                self.levels
+                    .iter()
+                    .map(|l| l.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+    }
+
+    /// Kernel `name`'s utilisation at `level`, or an error naming the known kernels: its
+    /// phases' mean weighted by their durations there. A phase's compute-bound share `c =
+    /// compute / (compute + memory)` (1 when both are 0) scales with the clock, the rest
+    /// does not: `duration · (c · f0/f + 1 − c)`, `f0` the first level's (the twin's
+    /// rule, hardware/twin/SCENARIOS.md).
+    pub fn util(&self, name: &str, level: &Level) -> anyhow::Result<[f64; 3]> {
+        let phases = self.kernels.get(name).ok_or_else(|| {
+            anyhow!(
+                "{}: no kernel {name:?} (it describes {})",
+                self.origin,
+                self.kernels.keys().cloned().collect::<Vec<_>>().join(", ")
+            )
+        })?;
+        let s = self.levels[0].frequency_hz / level.frequency_hz;
+        let (mut u, mut total) = ([0.0; 3], 0.0);
+        for (d, pu) in phases {
+            let c = if pu[0] + pu[1] > 0.0 {
+                pu[0] / (pu[0] + pu[1])
+            } else {
+                1.0
+            };
+            let w = d * (c * s + 1.0 - c);
+            total += w;
+            for m in 0..3 {
+                u[m] += w * pu[m];
+            }
+        }
+        Ok(u.map(|x| x / total))
+    }
+}
+
+/// Power as each source saw it, W (NaN where the source was not asked for).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Seen {
+    /// The rig's.
+    pub rig_w: f64,
+    /// The raw logger's.
+    pub logger_w: f64,
+    /// The corrected logger's.
+    pub corrected_w: f64,
+}
+
+impl Seen {
+    /// The power by `against`.
+    pub fn by(&self, against: Against) -> f64 {
+        match against {
+            Against::Rig => self.rig_w,
+            Against::Logger => self.logger_w,
+            Against::Corrected => self.corrected_w,
+        }
+    }
+}
+
+/// What one profiling run gives.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Run {
+    /// The recording.
+    pub path: PathBuf,
+    /// The kernel.
+    pub kernel: String,
+    /// Its utilisation.
+    pub util: [f64; 3],
+    /// The DVFS level.
+    pub level: Level,
+    /// Mean die temperature the logger reported over the run, °C (None: it reported
+    /// none).
+    pub temp_c: Option<f64>,
+    /// Kept executions.
+    pub executions: usize,
+    /// Their mean duration, s.
+    pub time_s: f64,
+    /// The kernel's mean power.
+    pub power: Seen,
+    /// The idle power between executions.
+    pub idle: Seen,
+}
+
+/// The mean of a stitched profile over `[a, b]`, bins weighted by overlap and count.
+fn profile_mean(points: &[Point], a: f64, b: f64) -> f64 {
+    let (mut e, mut t) = (0.0, 0.0);
+    for p in points.iter().filter(|p| p.n > 0 && p.mean_w.is_finite()) {
+        let o = p.hi_s.min(b) - p.lo_s.max(a);
+        if o > 0.0 {
+            e += p.mean_w * o;
+            t += o;
+        }
+    }
+    e / t
+}
+
+/// The mean die temperature the logger reported in `path`, °C.
+fn mean_temperature(path: &Path) -> anyhow::Result<Option<f64>> {
+    let r = recording::read(path)?;
+    let (mut s, mut n) = (0.0, 0usize);
+    for batch in &r.batches {
+        let rows = Rows::new(batch);
+        let Some(col) = batch.column_by_name("logger_temp_c") else {
+            return Ok(None); // a recording older than format 4
+        };
+        let Some(col) = col.as_any().downcast_ref::<arrow_array::Float64Array>() else {
+            bail!("{}: logger_temp_c is not Float64", path.display());
+        };
+        for i in 0..rows.len() {
+            if rows.kind(i) == Kind::Logger {
+                if let Some(t) = Rows::get(col, i).filter(|t| t.is_finite()) {
+                    s += t;
+                    n += 1;
+                }
+            }
+        }
+    }
+    Ok((n > 0).then(|| s / n as f64))
+}
+
+/// The kernel and DVFS level a profiling run recorded in its settings.
+fn kernel_and_level(path: &Path) -> anyhow::Result<(String, Option<String>)> {
+    let r = recording::open(path)?;
+    let s = r.meta.settings.as_ref();
+    let kernel = s
+        .and_then(|s| s["kernel"].as_str())
+        .ok_or_else(|| {
+            anyhow!(
+                "{}: not a profiling run (no kernel in its settings; make one with `railtrace profile`)",
+                path.display()
+            )
+        })?
+        .to_string();
+    let level = s.and_then(|s| s["dvfs"].as_str()).map(str::to_string);
+    Ok((kernel, level))
+}
+
+/// A run's stitched logger profile corrected: given the run and its rig capture, its
+/// analysis, the corrected power over the kernel and the idle level, W.
+pub type Correction<'a> = &'a dyn Fn(&Path, &Path) -> anyhow::Result<(Analysis, f64, f64)>;
+
+/// Reads the observations of the profiling run `path` (its rig capture beside it):
+/// the rig's and the raw logger's always, the corrected logger's where `correct` is
+/// given, on bins `bin_s` wide.
+pub fn observe(
+    path: &Path,
+    gpu: &Gpu,
+    correct: Option<Correction<'_>>,
+    bin_s: f64,
+) -> anyhow::Result<Run> {
+    let (kernel, level) = kernel_and_level(path)?;
+    let level = level.ok_or_else(|| {
+        anyhow!(
+            "{}: profiled without a DVFS level: its frequency and voltage are unknown (profile with --dvfs LEVEL)",
+            path.display()
+        )
+    })?;
+    let level = gpu.level(&level)?.clone();
+    let util = gpu.util(&kernel, &level)?;
+    let rig = crate::profile::rig_path(path);
+    let (a, corrected): (Analysis, Option<(f64, f64)>) = match correct {
+        Some(c) => {
+            let (a, p, idle) = c(path, &rig)?;
+            (a, Some((p, idle)))
+        }
+        None => (
+            analyse(
+                path,
+                &rig,
+                &Options {
+                    bin_s,
+                    ..Options::default()
+                },
+            )?,
+            None,
+        ),
+    };
+    let kept: Vec<f64> = (a.executions.iter())
+        .filter(|e| e.kept)
+        .map(|e| e.duration_s)
+        .collect();
+    if kept.is_empty() {
+        bail!("{}: no executions kept", path.display());
+    }
+    let d = kept.iter().sum::<f64>() / kept.len() as f64;
+    let rig_idle = profile_mean(&a.rig, d + IDLE_SPAN_S.0, d + IDLE_SPAN_S.1);
+    // The logger's readings after its reach: those past the horizon's last 40 %.
+    let late = 0.6 * a.options.horizon_s;
+    let logger_idle = profile_mean(&a.logger, late.max(d + IDLE_SPAN_S.0), f64::INFINITY);
+    // The rig's input filter moves some of each execution's energy past its end (area is
+    // conserved, the rise and fall delayed alike): its energy counted to a margin past
+    // the end, less the idle power over the margin.
+    let rig_energy = profile_mean(&a.rig, 0.0, d + TAIL_S) * (d + TAIL_S) - rig_idle * TAIL_S;
+    let kernel_seen = Seen {
+        rig_w: rig_energy / d,
+        logger_w: profile_mean(&a.logger, 0.0, d),
+        corrected_w: corrected.map_or(f64::NAN, |c| c.0),
+    };
+    let idle = Seen {
+        rig_w: rig_idle,
+        logger_w: logger_idle,
+        corrected_w: corrected.map_or(f64::NAN, |c| c.1),
+    };
+    Ok(Run {
+        path: path.to_path_buf(),
+        kernel,
+        util,
+        level,
+        temp_c: mean_temperature(path)?,
+        executions: kept.len(),
+        time_s: d,
+        power: kernel_seen,
+        idle,
+    })
+}
+
+/// A utilisation model, as written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UtilTerms {
+    /// Static power, W.
+    pub static_w: f64,
+    /// Coefficients of compute, memory, other: W/(Hz·V²).
+    pub coef: [f64; 3],
+    /// Their standard errors (static first).
+    pub se: [f64; 4],
+    /// RMS residual of the fit, W.
+    pub rms_w: f64,
+}
+
+/// A DVFS power model, as written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DvfsTerms {
+    /// Constant power, W.
+    pub const_w: f64,
+    /// Load-independent dynamic coefficient, W/(Hz·V²).
+    pub clock_coef: f64,
+    /// Load-dependent coefficients of compute, memory, other, W/(Hz·V²).
+    pub dyn_coef: [f64; 3],
+    /// Leakage per volt at `t_ref_c`, W/V.
+    pub leak_w_per_v: f64,
+    /// The leakage's temperature coefficient, 1/°C (0 without the temperature term).
+    pub gamma_per_c: f64,
+    /// Reference temperature, °C.
+    pub t_ref_c: f64,
+    /// Standard errors: constant, clock, compute, memory, other, leakage, γ.
+    pub se: [f64; 7],
+    /// RMS residual of the fit, W.
+    pub rms_w: f64,
+}
+
+/// A kernel's execution time against frequency, as written: `t(f) = max_j (α_j/f + β_j)`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TimeTerms {
+    /// The kernel.
+    pub kernel: String,
+    /// The pieces `[α cycles, β s]`.
+    pub pieces: Vec<[f64; 2]>,
+    /// Relative RMS residual.
+    pub rms_rel: f64,
+    /// Frequencies it was fitted on, Hz.
+    pub frequencies_hz: Vec<f64>,
+}
+
+impl TimeTerms {
+    /// Predicted time at `f`, s.
+    pub fn time_s(&self, f: f64) -> f64 {
+        (self.pieces.iter())
+            .map(|p| p[0] / f + p[1])
+            .fold(f64::NEG_INFINITY, f64::max)
+    }
+}
+
+/// A fitted power model: `model.toml`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PowerModel {
+    /// [`FORMAT`].
+    pub format: String,
+    /// [`VERSION`].
+    pub version: u32,
+    /// Which model.
+    pub kind: ModelKind,
+    /// Fitted on which trace.
+    pub against: Against,
+    /// The runs it was fitted on.
+    pub inputs: Vec<String>,
+    /// The GPU description.
+    pub gpu: String,
+    /// The kernels it was fitted on.
+    pub kernels: Vec<String>,
+    /// The levels it was fitted on.
+    pub levels: Vec<String>,
+    /// When, UTC.
+    pub created_utc: String,
+    /// The railtrace that made it.
+    pub railtrace: String,
+    /// The utilisation model (kind `util`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub util: Option<UtilTerms>,
+    /// The DVFS model with its temperature term (kind `dvfs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dvfs: Option<DvfsTerms>,
+    /// The same fitted without the temperature term (γ = 0), for its share.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dvfs_without_temperature: Option<DvfsTerms>,
+    /// Execution time against frequency, per kernel fitted at two frequencies or more.
+    #[serde(default)]
+    pub time: Vec<TimeTerms>,
+}
+
+fn util_terms(m: &UtilModel) -> UtilTerms {
+    UtilTerms {
+        static_w: m.static_w,
+        coef: m.coef,
+        se: [m.static_se_w, m.coef_se[0], m.coef_se[1], m.coef_se[2]],
+        rms_w: m.rms_w,
+    }
+}
+
+fn dvfs_terms(m: &DvfsModel) -> DvfsTerms {
+    DvfsTerms {
+        const_w: m.const_w,
+        clock_coef: m.clock_coef,
+        dyn_coef: m.dyn_coef,
+        leak_w_per_v: m.leak_w_per_v,
+        gamma_per_c: m.gamma_per_c,
+        t_ref_c: m.t_ref_c,
+        se: m.se,
+        rms_w: m.rms_w,
+    }
+}
+
+impl DvfsTerms {
+    /// Predicted power, W.
+    pub fn predict(&self, util: [f64; 3], f: f64, v: f64, t: f64) -> f64 {
+        let load: f64 = (0..3).map(|m| self.dyn_coef[m] * util[m]).sum();
+        self.const_w
+            + (self.clock_coef + load) * f * v * v
+            + self.leak_w_per_v * v * (self.gamma_per_c * (t - self.t_ref_c)).exp()
+    }
+}
+
+impl UtilTerms {
+    /// Predicted power, W.
+    pub fn predict(&self, util: [f64; 3], f: f64, v: f64) -> f64 {
+        self.static_w + (0..3).map(|m| self.coef[m] * util[m]).sum::<f64>() * f * v * v
+    }
+}
+
+/// One observation for the fits: a kernel's or idle's power at a level and temperature.
+#[derive(Debug, Clone, PartialEq)]
+struct Point3 {
+    util: [f64; 3],
+    level: Level,
+    temp_c: f64,
+    power_w: f64,
+}
+
+/// The observations `runs` give by `against`: each run's kernel, and its idle.
+fn points(
+    runs: &[Run],
+    gpu: &Gpu,
+    against: Against,
+    need_temp: bool,
+) -> anyhow::Result<Vec<Point3>> {
+    let mut out = Vec::new();
+    for r in runs {
+        let temp_c = match r.temp_c {
+            Some(t) => t,
+            None if need_temp => bail!(
+                "{}: the logger reported no temperature (recording format 4 has it); fit --kind util, or a logger that reports one",
+                r.path.display()
+            ),
+            None => f64::NAN,
+        };
+        for (util, p) in [(r.util, r.power), (gpu.idle_util, r.idle)] {
+            let w = p.by(against);
+            if !w.is_finite() {
+                bail!(
+                    "{}: no {} power (the run has too few readings there)",
+                    r.path.display(),
+                    against.name()
+                );
+            }
+            out.push(Point3 {
+                util,
+                level: r.level.clone(),
+                temp_c,
+                power_w: w,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Fits a model of `kind` on `runs` by `against`.
+pub fn fit(
+    kind: ModelKind,
+    against: Against,
+    runs: &[Run],
+    gpu: &Gpu,
+) -> anyhow::Result<PowerModel> {
+    if runs.is_empty() {
+        bail!("no runs to fit on");
+    }
+    let pts = points(runs, gpu, against, kind == ModelKind::Dvfs)?;
+    let (mut util, mut dvfs, mut dvfs0) = (None, None, None);
+    match kind {
+        ModelKind::Util => {
+            let obs: Vec<Observation> = pts
+                .iter()
+                .map(|p| {
+                    Observation::new(p.util, p.level.frequency_hz, p.level.voltage_v, p.power_w)
+                })
+                .collect();
+            util = Some(util_terms(
+                &fit_util(&obs).map_err(|e| anyhow!("the utilisation model: {e}"))?,
+            ));
+        }
+        ModelKind::Dvfs => {
+            let obs: Vec<DvfsObservation> = pts
+                .iter()
+                .map(|p| {
+                    DvfsObservation::new(
+                        p.util,
+                        p.level.frequency_hz,
+                        p.level.voltage_v,
+                        p.temp_c,
+                        p.power_w,
+                    )
+                })
+                .collect();
+            let fit = |t: bool| {
+                fit_dvfs(&obs, t)
+                    .map(|m| dvfs_terms(&m))
+                    .map_err(|e| anyhow!("the DVFS model: {e}"))
+            };
+            dvfs = Some(fit(true)?);
+            dvfs0 = Some(fit(false)?);
+        }
+    }
+    let mut kernels: Vec<String> = runs.iter().map(|r| r.kernel.clone()).collect();
+    kernels.sort();
+    kernels.dedup();
+    let mut levels: Vec<String> = runs.iter().map(|r| r.level.name.clone()).collect();
+    levels.sort();
+    levels.dedup();
+    // Execution time per kernel seen at two frequencies or more.
+    let mut time = Vec::new();
+    for k in &kernels {
+        let samples: Vec<(f64, f64)> = (runs.iter())
+            .filter(|r| &r.kernel == k)
+            .map(|r| (r.level.frequency_hz, r.time_s))
+            .collect();
+        let mut fs: Vec<f64> = samples.iter().map(|s| s.0).collect();
+        fs.sort_by(f64::total_cmp);
+        fs.dedup();
+        if fs.len() < 2 {
+            continue;
+        }
+        let m: TimeModel = fit_time(&samples, DEFAULT_MAX_PIECES)
+            .map_err(|e| anyhow!("kernel {k}'s execution time: {e}"))?;
+        time.push(TimeTerms {
+            kernel: k.clone(),
+            pieces: m.pieces.iter().map(|&(a, b)| [a, b]).collect(),
+            rms_rel: m.rms_rel,
+            frequencies_hz: fs,
+        });
+    }
+    Ok(PowerModel {
+        format: FORMAT.into(),
+        version: VERSION,
+        kind,
+        against,
+        inputs: runs.iter().map(|r| r.path.display().to_string()).collect(),
+        gpu: gpu.origin.clone(),
+        kernels,
+        levels,
+        created_utc: recording::iso_utc(crate::gpu::host_now_ns()),
+        railtrace: env!("CARGO_PKG_VERSION").into(),
+        util,
+        dvfs,
+        dvfs_without_temperature: dvfs0,
+        time,
+    })
+}
+
+impl PowerModel {
+    /// Writes the model as TOML.
+    pub fn write(&self, path: &Path) -> anyhow::Result<()> {
+        let text = toml::to_string_pretty(self)?;
+        std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+    }
+
+    /// Reads a model, checking its format and version.
+    pub fn read(path: &Path) -> anyhow::Result<PowerModel> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the model {}", path.display()))?;
+        let head: toml::Table =
+            toml::from_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+        if head.get("format").and_then(|f| f.as_str()) != Some(FORMAT) {
+            bail!(
+                "{}: not a railtrace power model (format is not {FORMAT:?}; make one with `railtrace model fit`)",
+                path.display()
+            );
+        }
+        let m: PowerModel =
+            toml::from_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+        if m.version != VERSION {
+            bail!(
+                "{}: power model version {} (this railtrace reads {VERSION})",
+                path.display(),
+                m.version
+            );
+        }
+        match m.kind {
+            ModelKind::Util if m.util.is_none() => {
+                bail!("{}: kind util without [util]", path.display())
+            }
+            ModelKind::Dvfs if m.dvfs.is_none() => {
+                bail!("{}: kind dvfs without [dvfs]", path.display())
+            }
+            _ => Ok(m),
+        }
+    }
+
+    /// A name for tables: `<kind> on <against>`.
+    pub fn label(&self) -> String {
+        format!("{} on {}", serde_plain(&self.kind), self.against.name())
+    }
+
+    /// Predicted power of a kernel of utilisation `util` at `level` and `temp_c`, W; the
+    /// DVFS model without its temperature term as the second value (NaN for `util`).
+    pub fn power_w(
+        &self,
+        util: [f64; 3],
+        level: &Level,
+        temp_c: Option<f64>,
+    ) -> anyhow::Result<(f64, f64)> {
+        let (f, v) = (level.frequency_hz, level.voltage_v);
+        if let Some(u) = &self.util {
+            return Ok((u.predict(util, f, v), f64::NAN));
+        }
+        let (Some(d), Some(d0)) = (&self.dvfs, &self.dvfs_without_temperature) else {
+            bail!("the model has no terms");
+        };
+        let t = temp_c.ok_or_else(|| {
+            anyhow!("the DVFS model needs the die temperature, and the run's logger reported none")
+        })?;
+        Ok((d.predict(util, f, v, t), d0.predict(util, f, v, t)))
+    }
+
+    /// Kernel `kernel`'s predicted execution time at `f`, s, where the model has it.
+    pub fn time_s(&self, kernel: &str, f: f64) -> Option<f64> {
+        self.time
+            .iter()
+            .find(|t| t.kernel == kernel)
+            .map(|t| t.time_s(f))
+    }
+}
+
+fn serde_plain(k: &ModelKind) -> &'static str {
+    match k {
+        ModelKind::Util => "util",
+        ModelKind::Dvfs => "dvfs",
+    }
+}
+
+/// One run held against one model.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Scored {
+    /// The kernel.
+    pub kernel: String,
+    /// The level.
+    pub level: String,
+    /// Mean die temperature, °C.
+    pub temp_c: Option<f64>,
+    /// The rig's power (the reference), W.
+    pub measured_w: f64,
+    /// The model's, W.
+    pub predicted_w: f64,
+    /// The DVFS model's without its temperature term, W (NaN for `util`).
+    pub predicted_no_temp_w: f64,
+    /// Measured mean execution time, s.
+    pub measured_s: f64,
+    /// The model's, s (the measured one where it has no time model for the kernel).
+    pub predicted_s: f64,
+    /// Whether `predicted_s` is the model's own.
+    pub time_modelled: bool,
+    /// The kernel was among those it was fitted on.
+    pub kernel_seen: bool,
+    /// The level was among those it was fitted on.
+    pub level_seen: bool,
+}
+
+impl Scored {
+    /// Power error, % of the measured.
+    pub fn power_pct(&self) -> f64 {
+        100.0 * (self.predicted_w - self.measured_w) / self.measured_w
+    }
+    /// Energy per execution error, % (predicted power × predicted time against measured).
+    pub fn energy_pct(&self) -> f64 {
+        100.0 * (self.predicted_w * self.predicted_s - self.measured_w * self.measured_s)
+            / (self.measured_w * self.measured_s)
+    }
+    /// Execution time error, %.
+    pub fn time_pct(&self) -> f64 {
+        100.0 * (self.predicted_s - self.measured_s) / self.measured_s
+    }
+}
+
+/// Scores `model` on `runs` against the rig.
+pub fn score(model: &PowerModel, runs: &[Run]) -> anyhow::Result<Vec<Scored>> {
+    runs.iter()
+        .map(|r| {
+            let (p, p0) = model
+                .power_w(r.util, &r.level, r.temp_c)
+                .with_context(|| r.path.display().to_string())?;
+            let t = model.time_s(&r.kernel, r.level.frequency_hz);
+            Ok(Scored {
+                kernel: r.kernel.clone(),
+                level: r.level.name.clone(),
+                temp_c: r.temp_c,
+                measured_w: r.power.rig_w,
+                predicted_w: p,
+                predicted_no_temp_w: p0,
+                measured_s: r.time_s,
+                predicted_s: t.unwrap_or(r.time_s),
+                time_modelled: t.is_some(),
+                kernel_seen: model.kernels.contains(&r.kernel),
+                level_seen: model.levels.contains(&r.level.name),
+            })
+        })
+        .collect()
+}
+
+/// Mean absolute error of `pct` over `rows`, %.
+pub fn mae(rows: &[&Scored], pct: impl Fn(&Scored) -> f64) -> f64 {
+    rows.iter().map(|r| pct(r).abs()).sum::<f64>() / rows.len().max(1) as f64
+}
+
+/// Colours of the models in a picture, in order.
+const COLOURS: [(u8, u8, u8); 6] = [
+    (0x1f, 0x77, 0xb4),
+    (0xd6, 0x27, 0x28),
+    (0x2c, 0xa0, 0x2c),
+    (0xff, 0x7f, 0x0e),
+    (0x94, 0x67, 0xbd),
+    (0x8c, 0x56, 0x4b),
+];
+
+/// A picture of a validation, PNG or SVG by `out`'s extension: each model's predicted
+/// power against the rig's (the diagonal is perfect; hollow marks are held-out kernels
+/// or levels), and the kernels' execution time against frequency (measured, and the
+/// first model's time curves).
+pub fn plot(models: &[(PowerModel, Vec<Scored>)], runs: &[Run], out: &Path) -> anyhow::Result<()> {
+    use plotters::prelude::*;
+    type Dr<DB> = Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
+    fn draw<DB: DrawingBackend>(
+        root: DrawingArea<DB, plotters::coord::Shift>,
+        models: &[(PowerModel, Vec<Scored>)],
+        runs: &[Run],
+    ) -> Dr<DB> {
+        root.fill(&WHITE)?;
+        let root = root.titled(
+            "railtrace model validate: against the rig",
+            ("sans-serif", 24),
+        )?;
+        let (left, right) = root.split_horizontally(root.dim_in_pixel().0 / 2);
+        let all = models.iter().flat_map(|(_, s)| s.iter());
+        let (lo, hi) = all
+            .flat_map(|s| [s.measured_w, s.predicted_w])
+            .filter(|x| x.is_finite())
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
+                (a.min(x), b.max(x))
+            });
+        let (lo, hi) = if hi > lo {
+            (lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo))
+        } else {
+            (0.0, 1.0)
+        };
+        let mut c = ChartBuilder::on(&left)
+            .caption("predicted against measured power", ("sans-serif", 18))
+            .margin(14)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(lo..hi, lo..hi)?;
+        c.configure_mesh()
+            .x_desc("the rig's power, W")
+            .y_desc("the model's, W")
+            .label_style(("sans-serif", 14))
+            .draw()?;
+        c.draw_series(std::iter::once(PathElement::new(
+            vec![(lo, lo), (hi, hi)],
+            BLACK.mix(0.4),
+        )))?;
+        for (i, (m, rows)) in models.iter().enumerate() {
+            let (r, g, b) = COLOURS[i % COLOURS.len()];
+            let col = RGBColor(r, g, b);
+            c.draw_series(rows.iter().map(|s| {
+                let style = if s.kernel_seen && s.level_seen {
+                    col.filled()
+                } else {
+                    col.stroke_width(2)
+                };
+                Circle::new((s.measured_w, s.predicted_w), 5, style)
+            }))?
+            .label(m.label())
+            .legend(move |(x, y)| Circle::new((x, y), 5, col.filled()));
+        }
+        c.configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK.mix(0.3))
+            .label_font(("sans-serif", 14))
+            .draw()?;
+        // Time against frequency.
+        let (flo, fhi) = runs
+            .iter()
+            .map(|r| r.level.frequency_hz * 1e-9)
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
+                (a.min(x), b.max(x))
+            });
+        let (flo, fhi) = if fhi > flo {
+            (flo - 0.1 * (fhi - flo), fhi + 0.1 * (fhi - flo))
+        } else {
+            (flo - 0.1, flo + 0.1)
+        };
+        let thi = runs.iter().map(|r| r.time_s * 1e6).fold(0.0, f64::max) * 1.15;
+        let mut c = ChartBuilder::on(&right)
+            .caption("execution time against the core clock", ("sans-serif", 18))
+            .margin(14)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(flo..fhi, 0.0..thi.max(1.0))?;
+        c.configure_mesh()
+            .x_desc("core clock, GHz")
+            .y_desc("mean execution time, µs")
+            .label_style(("sans-serif", 14))
+            .draw()?;
+        let mut kernels: Vec<&str> = runs.iter().map(|r| r.kernel.as_str()).collect();
+        kernels.sort();
+        kernels.dedup();
+        for (i, k) in kernels.iter().enumerate() {
+            let (r, g, b) = COLOURS[i % COLOURS.len()];
+            let col = RGBColor(r, g, b);
+            c.draw_series((runs.iter().filter(|r| r.kernel == *k)).map(|r| {
+                Cross::new(
+                    (r.level.frequency_hz * 1e-9, r.time_s * 1e6),
+                    6,
+                    col.stroke_width(2),
+                )
+            }))?
+            .label(k.to_string())
+            .legend(move |(x, y)| Cross::new((x, y), 5, col.stroke_width(2)));
+            if let Some(t) = models
+                .iter()
+                .find_map(|(m, _)| m.time.iter().find(|t| t.kernel == *k))
+            {
+                c.draw_series(LineSeries::new(
+                    (0..=100).map(|j| {
+                        let f = flo + (fhi - flo) * f64::from(j) / 100.0;
+                        (f, t.time_s(f * 1e9) * 1e6)
+                    }),
+                    col.mix(0.6),
+                ))?;
+            }
+        }
+        c.configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK.mix(0.3))
+            .label_font(("sans-serif", 14))
+            .draw()?;
+        root.present()
+    }
+    crate::plot::draw_to!(out, (1600, 800), |root| draw(root, models, runs));
+    Ok(())
+}
