@@ -38,8 +38,9 @@ pub struct Plan {
     /// Keep running until the logger's stitched profile reaches a target error (then
     /// `runs` is the most to run).
     pub target: Option<Target>,
-    /// Run the kernel back to back for this long first, s of its own execution time
-    /// (nothing recorded): the GPU brought to the temperature that work holds it at.
+    /// The kernel was run back to back for this long first, s of its own execution time
+    /// ([`preheat`], before the rig's capture starts: nothing of it recorded), the GPU
+    /// brought to the temperature that work holds it at; in the settings.
     pub preheat_s: f64,
 }
 
@@ -280,9 +281,6 @@ pub fn acquire(
         },
         link: None,
     };
-    if plan.preheat_s > 0.0 {
-        preheat(runner, logger, l, plan.preheat_s, hz)?;
-    }
     out.clock(runner, plan.clock_reads)?;
     for _ in 0..plan.runs {
         let mut rec = Recorded {
@@ -334,7 +332,7 @@ impl TriggerOut for Quiet {
 /// Runs `launch`'s kernel back to back (at its DVFS level) until `seconds` of execution
 /// time have passed, in trains of about 50 ms, the trigger not driven; the logger's
 /// readings meanwhile are read and dropped. Returns the executions run.
-fn preheat(
+pub fn preheat(
     runner: &mut dyn GpuRunner,
     logger: &mut dyn PowerLogger,
     launch: &Launch,

@@ -306,6 +306,14 @@ pub fn profile(
     trigger: &mut dyn TriggerOut,
 ) -> anyhow::Result<()> {
     let rig_out = rig_path(&args.output);
+    if plan.preheat_s > 0.0 {
+        eprintln!(
+            "railtrace profile: preheating: {} back to back for {} s",
+            plan.launch.kernel, plan.preheat_s
+        );
+        let hz = runner.clock_hz();
+        railtrace::profile::preheat(runner, logger, &plan.launch, plan.preheat_s, hz)?;
+    }
     let (acquired, rig_summary) = with_rig(port, &rig_out, args.rate_hz, || {
         let bar = indicatif::ProgressBar::new(plan.runs as u64);
         let acquired = acquire(
