@@ -252,8 +252,7 @@ type Trace = (Vec<(f64, f64)>, Option<f64>);
 /// steps found marked.
 pub fn plot(l: &Latencies, run_path: &Path, out: &Path) -> anyhow::Result<()> {
     use plotters::prelude::*;
-    let format = crate::plot::Format::of(out)?;
-    crate::plot::register_font()?;
+    crate::plot::Format::of(out)?; // before the work, the macro's check again after
     let link = LinkOptions {
         trigger_latency_s: l.options.trigger_latency_s,
         ..LinkOptions::default()
@@ -374,25 +373,8 @@ pub fn plot(l: &Latencies, run_path: &Path, out: &Path) -> anyhow::Result<()> {
         l.median_s * 1e3
     );
     let span = (span_lo * 1e3, span_hi * 1e3);
-    let fail = |e: &dyn std::fmt::Display| anyhow::anyhow!("{}: {e}", out.display());
-    std::fs::File::create(out).map_err(|e| fail(&e))?;
-    match format {
-        crate::plot::Format::Svg => draw(
-            SVGBackend::new(out, (1400, 1000)).into_drawing_area(),
-            &lat_ms,
-            &traces,
-            span,
-            &title,
-        )
-        .map_err(|e| fail(&e))?,
-        crate::plot::Format::Png => draw(
-            BitMapBackend::new(out, (1400, 1000)).into_drawing_area(),
-            &lat_ms,
-            &traces,
-            span,
-            &title,
-        )
-        .map_err(|e| fail(&e))?,
-    }
+    crate::plot::draw_to!(out, (1400, 1000), |root| draw(
+        root, &lat_ms, &traces, span, &title
+    ));
     Ok(())
 }

@@ -351,7 +351,7 @@ pub fn check(out: &Path, opts: &Options) -> anyhow::Result<Format> {
 /// when the window is not given (`from` and `to`), first only its times to find the
 /// window, then to decimate into it; once when it is.
 pub fn render(rec: &impl Source, out: &Path, opts: &Options) -> anyhow::Result<Plotted> {
-    let format = check(out, opts)?;
+    check(out, opts)?;
     let layout = Layout::new(opts.width, opts.height);
     let (data, plotted) = match (opts.from, opts.to) {
         // The window is the one asked for: one pass decimates and counts the samples.
@@ -366,7 +366,6 @@ pub fn render(rec: &impl Source, out: &Path, opts: &Options) -> anyhow::Result<P
             (data, Plotted { samples, ..plotted })
         }
     };
-    register_font()?;
     let mut title = opts.title.clone();
     if title.is_empty() {
         title = rec
@@ -376,28 +375,10 @@ pub fn render(rec: &impl Source, out: &Path, opts: &Options) -> anyhow::Result<P
             .to_string_lossy()
             .into_owned();
     }
-    // Plotters' words for a file it cannot write are long; the system's are enough.
-    std::fs::File::create(out).map_err(|e| anyhow!("{}: {e}", out.display()))?;
     let size = (opts.width, opts.height);
-    let fail = |e: &dyn std::fmt::Display| anyhow!("{}: {e}", out.display());
-    match format {
-        Format::Svg => draw(
-            SVGBackend::new(out, size).into_drawing_area(),
-            &data,
-            &title,
-            &plotted,
-            &layout,
-        )
-        .map_err(|e| fail(&e))?,
-        Format::Png => draw(
-            BitMapBackend::new(out, size).into_drawing_area(),
-            &data,
-            &title,
-            &plotted,
-            &layout,
-        )
-        .map_err(|e| fail(&e))?,
-    }
+    draw_to!(out, size, |root| draw(
+        root, &data, &title, &plotted, &layout
+    ));
     Ok(plotted)
 }
 

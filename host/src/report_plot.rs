@@ -18,7 +18,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use anyhow::{anyhow, bail};
+use anyhow::bail;
 use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -81,29 +81,15 @@ pub fn check(out: &Path, opts: &Options) -> anyhow::Result<Format> {
 
 /// Draws `a` into `out` (`.svg` or `.png`, see [`Format::of`]).
 pub fn render(a: &Analysis, out: &Path, opts: &Options) -> anyhow::Result<()> {
-    let format = check(out, opts)?;
-    crate::plot::register_font()?;
+    check(out, opts)?;
     let title = if opts.title.is_empty() {
         "railtrace report"
     } else {
         &opts.title
     };
-    // Plotters' words for a file it cannot write are long; the system's are enough.
-    std::fs::File::create(out).map_err(|e| anyhow!("{}: {e}", out.display()))?;
     let size = (opts.width, opts.height);
     let l = Layout::new(opts.width, opts.height);
-    let fail = |e: &dyn std::fmt::Display| anyhow!("{}: {e}", out.display());
-    match format {
-        Format::Svg => draw(SVGBackend::new(out, size).into_drawing_area(), a, title, &l)
-            .map_err(|e| fail(&e))?,
-        Format::Png => draw(
-            BitMapBackend::new(out, size).into_drawing_area(),
-            a,
-            title,
-            &l,
-        )
-        .map_err(|e| fail(&e))?,
-    }
+    crate::plot::draw_to!(out, size, |root| draw(root, a, title, &l));
     Ok(())
 }
 

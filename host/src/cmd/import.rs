@@ -67,7 +67,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let output = output.unwrap_or_else(|| PathBuf::from(format!("{name}.arrow")));
     let settings = serde_json::json!({
         "meter": "ElmorLabs PMD, 4 (voltage, current) pairs",
-        "gpu_logger": "nvidia-smi power.draw (logger_w) and power.draw.instant (logger_instant_w)",
+        "gpu_logger": "nvidia-smi power.draw (logger_w) and power.draw.instant (logger_instant_w), temperature.gpu (logger_temp_c)",
         "utc_offset_h": offset,
         "utc_offset": how,
     });
