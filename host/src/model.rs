@@ -560,19 +560,37 @@ fn dvfs_terms(m: &DvfsModel) -> DvfsTerms {
 }
 
 impl DvfsTerms {
-    /// Predicted power, W.
+    /// Predicted power, W (the calibration crate's model, [`DvfsModel::predict`]).
     pub fn predict(&self, util: [f64; 3], f: f64, v: f64, t: f64) -> f64 {
-        let load: f64 = (0..3).map(|m| self.dyn_coef[m] * util[m]).sum();
-        self.const_w
-            + (self.clock_coef + load) * f * v * v
-            + self.leak_w_per_v * v * (self.gamma_per_c * (t - self.t_ref_c)).exp()
+        DvfsModel {
+            const_w: self.const_w,
+            clock_coef: self.clock_coef,
+            dyn_coef: self.dyn_coef,
+            leak_w_per_v: self.leak_w_per_v,
+            gamma_per_c: self.gamma_per_c,
+            t_ref_c: self.t_ref_c,
+            with_temperature: self.gamma_per_c != 0.0,
+            se: self.se,
+            rms_w: self.rms_w,
+            at_search_edge: false,
+            observations: 0,
+        }
+        .predict(util, f, v, t)
     }
 }
 
 impl UtilTerms {
-    /// Predicted power, W.
+    /// Predicted power, W (the calibration crate's model, [`UtilModel::predict`]).
     pub fn predict(&self, util: [f64; 3], f: f64, v: f64) -> f64 {
-        self.static_w + (0..3).map(|m| self.coef[m] * util[m]).sum::<f64>() * f * v * v
+        UtilModel {
+            static_w: self.static_w,
+            coef: self.coef,
+            static_se_w: self.se[0],
+            coef_se: [self.se[1], self.se[2], self.se[3]],
+            rms_w: self.rms_w,
+            observations: 0,
+        }
+        .predict(util, f, v)
     }
 }
 

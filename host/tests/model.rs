@@ -114,6 +114,26 @@ fn validate(models: &[&String], runs: &[String], plot: &Path) -> Vec<serde_json:
     out["models"].as_array().unwrap().clone()
 }
 
+/// The checks on one model fitted on the rig, the raw logger and the corrected
+/// logger (`v`, in that order), over the runs `held` out: the rig's power MAE within
+/// 5 %, the raw logger's at least 10 points worse, the corrected within 2 points of the
+/// rig's.
+fn three_ways(v: &[serde_json::Value], held: &str, what: &str) {
+    let mae = |m: &serde_json::Value| num(&m[held]["power_mae_pct"]);
+    let (rig, raw, cor) = (mae(&v[0]), mae(&v[1]), mae(&v[2]));
+    eprintln!("{what}: power MAE rig {rig:.2} %, logger {raw:.2} %, corrected {cor:.2} %");
+    assert_eq!(v[0][held]["runs"], 6, "{what}");
+    assert!(rig <= 5.0, "{what}: fitted on the rig, {rig} %");
+    assert!(
+        raw >= rig + 10.0,
+        "{what}: the raw logger's is not clearly worse: {raw} % vs {rig} %"
+    );
+    assert!(
+        (cor - rig).abs() <= 2.0,
+        "{what}: corrected {cor} % vs rig {rig} %"
+    );
+}
+
 #[test]
 fn power_models_fitted_three_ways_and_held_against_the_rig() {
     let dir = TempDir::new("model");
@@ -157,49 +177,15 @@ fn power_models_fitted_three_ways_and_held_against_the_rig() {
     let v = validate(&models.iter().collect::<Vec<_>>(), &paths, &picture);
     assert!(std::fs::read(&picture).unwrap().starts_with(b"\x89PNG"));
 
-    // Utilisation: attention's 6 runs held out.
-    let held = |m: &serde_json::Value, what: &str| num(&m["held_out_kernels"][what]);
-    let (rig, raw, cor) = (
-        held(&v[0], "power_mae_pct"),
-        held(&v[1], "power_mae_pct"),
-        held(&v[2], "power_mae_pct"),
-    );
-    eprintln!(
-        "util, held-out kernel: power MAE rig {rig:.2} %, logger {raw:.2} %, corrected {cor:.2} %"
-    );
-    assert_eq!(v[0]["held_out_kernels"]["runs"], 6);
-    assert!(
-        rig <= 5.0,
-        "rig-fitted util model: held-out kernel power MAE {rig} %"
-    );
-    assert!(
-        raw >= rig + 10.0,
-        "the raw logger's util model is not clearly worse: {raw} % vs {rig} %"
-    );
-    assert!((cor - rig).abs() <= 2.0, "corrected {cor} % vs rig {rig} %");
-
-    // DVFS: the middle clock's 6 runs held out.
-    let held = |m: &serde_json::Value, what: &str| num(&m["held_out_levels"][what]);
-    let (rig, raw, cor) = (
-        held(&v[3], "power_mae_pct"),
-        held(&v[4], "power_mae_pct"),
-        held(&v[5], "power_mae_pct"),
-    );
-    let time = held(&v[3], "time_mae_pct");
-    eprintln!(
-        "dvfs, held-out level: power MAE rig {rig:.2} %, logger {raw:.2} %, corrected {cor:.2} %; time MAE {time:.3} %"
-    );
-    assert_eq!(v[3]["held_out_levels"]["runs"], 6);
+    // Utilisation: attention's 6 runs held out; DVFS: the middle clock's 6.
+    three_ways(&v[0..3], "held_out_kernels", "util, held-out kernel");
+    three_ways(&v[3..6], "held_out_levels", "dvfs, held-out clock");
+    let time = num(&v[3]["held_out_levels"]["time_mae_pct"]);
+    eprintln!("dvfs, held-out clock: time MAE {time:.3} %");
     assert!(
         time <= 3.0,
         "held-out frequency's execution time MAE {time} %"
     );
-    assert!(
-        rig <= 5.0,
-        "rig-fitted DVFS model: held-out level power MAE {rig} %"
-    );
-    assert!(raw >= rig + 10.0, "{raw} % vs {rig} %");
-    assert!((cor - rig).abs() <= 2.0, "corrected {cor} % vs rig {rig} %");
     // Every kernel's time model predicts the middle clock (one piece: t = α/f + β).
     for k in kernels {
         let t = num(&v[3]["per_kernel"][k]["time_mae_pct"]);
