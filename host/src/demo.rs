@@ -279,6 +279,19 @@ impl<'a> Stitched<'a> {
     }
 }
 
+/// A stitched profile's bins as cells (bins without data NaN, left out by
+/// [`mean_over`]).
+pub fn cells(points: &[crate::analysis::Point]) -> Vec<Cell> {
+    points
+        .iter()
+        .map(|p| Cell {
+            lo: p.lo_s,
+            hi: p.hi_s,
+            w: if p.n > 0 { p.mean_w } else { f64::NAN },
+        })
+        .collect()
+}
+
 /// A profile's mean over `[a, b]`, cells weighted by their overlap (cells without data
 /// left out).
 pub fn mean_over(cells: &[Cell], a: f64, b: f64) -> f64 {

@@ -38,7 +38,8 @@ use railtrace_calibration::power::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::{analyse, Analysis, Options, Point};
+use crate::analysis::{analyse, Analysis, Options};
+use crate::demo::{cells, mean_over};
 use crate::recording::{self, Kind, Rows};
 
 /// The value of `format` in a model file.
@@ -89,6 +90,16 @@ pub enum ModelKind {
     /// DVFS model: constant + (clock + Σ_m a_m·u_m)·f·V² + leakage·V·e^{γ(T − T_ref)},
     /// and each kernel's execution time against frequency.
     Dvfs,
+}
+
+impl ModelKind {
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ModelKind::Util => "util",
+            ModelKind::Dvfs => "dvfs",
+        }
+    }
 }
 
 /// A DVFS level.
@@ -311,46 +322,11 @@ pub struct Run {
     pub idle: Seen,
 }
 
-/// The mean of a stitched profile over `[a, b]`, bins weighted by overlap and count.
-fn profile_mean(points: &[Point], a: f64, b: f64) -> f64 {
-    let (mut e, mut t) = (0.0, 0.0);
-    for p in points.iter().filter(|p| p.n > 0 && p.mean_w.is_finite()) {
-        let o = p.hi_s.min(b) - p.lo_s.max(a);
-        if o > 0.0 {
-            e += p.mean_w * o;
-            t += o;
-        }
-    }
-    e / t
-}
-
-/// The mean die temperature the logger reported in `path`, °C.
-fn mean_temperature(path: &Path) -> anyhow::Result<Option<f64>> {
+/// What a profiling run recorded of itself: its kernel and DVFS level (from its
+/// settings), and the mean die temperature its logger reported, °C (None: it reported
+/// none; recordings before format 4 read as none).
+fn recorded(path: &Path) -> anyhow::Result<(String, Option<String>, Option<f64>)> {
     let r = recording::read(path)?;
-    let (mut s, mut n) = (0.0, 0usize);
-    for batch in &r.batches {
-        let rows = Rows::new(batch);
-        let Some(col) = batch.column_by_name("logger_temp_c") else {
-            return Ok(None); // a recording older than format 4
-        };
-        let Some(col) = col.as_any().downcast_ref::<arrow_array::Float64Array>() else {
-            bail!("{}: logger_temp_c is not Float64", path.display());
-        };
-        for i in 0..rows.len() {
-            if rows.kind(i) == Kind::Logger {
-                if let Some(t) = Rows::get(col, i).filter(|t| t.is_finite()) {
-                    s += t;
-                    n += 1;
-                }
-            }
-        }
-    }
-    Ok((n > 0).then(|| s / n as f64))
-}
-
-/// The kernel and DVFS level a profiling run recorded in its settings.
-fn kernel_and_level(path: &Path) -> anyhow::Result<(String, Option<String>)> {
-    let r = recording::open(path)?;
     let s = r.meta.settings.as_ref();
     let kernel = s
         .and_then(|s| s["kernel"].as_str())
@@ -362,7 +338,17 @@ fn kernel_and_level(path: &Path) -> anyhow::Result<(String, Option<String>)> {
         })?
         .to_string();
     let level = s.and_then(|s| s["dvfs"].as_str()).map(str::to_string);
-    Ok((kernel, level))
+    let (mut sum, mut n) = (0.0, 0usize);
+    for rows in r.rows() {
+        let col = rows.f64("logger_temp_c");
+        for i in (0..rows.len()).filter(|&i| rows.kind(i) == Kind::Logger) {
+            if let Some(t) = Rows::get(col, i).filter(|t| t.is_finite()) {
+                sum += t;
+                n += 1;
+            }
+        }
+    }
+    Ok((kernel, level, (n > 0).then(|| sum / n as f64)))
 }
 
 /// A run's stitched logger profile corrected: given the run and its rig capture, its
@@ -378,7 +364,7 @@ pub fn observe(
     correct: Option<Correction<'_>>,
     bin_s: f64,
 ) -> anyhow::Result<Run> {
-    let (kernel, level) = kernel_and_level(path)?;
+    let (kernel, level, temp_c) = recorded(path)?;
     let level = level.ok_or_else(|| {
         anyhow!(
             "{}: profiled without a DVFS level: its frequency and voltage are unknown (profile with --dvfs LEVEL)",
@@ -413,17 +399,18 @@ pub fn observe(
         bail!("{}: no executions kept", path.display());
     }
     let d = kept.iter().sum::<f64>() / kept.len() as f64;
-    let rig_idle = profile_mean(&a.rig, d + IDLE_SPAN_S.0, d + IDLE_SPAN_S.1);
+    let (rig, logger) = (cells(&a.rig), cells(&a.logger));
+    let rig_idle = mean_over(&rig, d + IDLE_SPAN_S.0, d + IDLE_SPAN_S.1);
     // The logger's readings after its reach: those past the horizon's last 40 %.
     let late = 0.6 * a.options.horizon_s;
-    let logger_idle = profile_mean(&a.logger, late.max(d + IDLE_SPAN_S.0), f64::INFINITY);
+    let logger_idle = mean_over(&logger, late.max(d + IDLE_SPAN_S.0), f64::INFINITY);
     // The rig's input filter moves some of each execution's energy past its end (area is
     // conserved, the rise and fall delayed alike): its energy counted to a margin past
     // the end, less the idle power over the margin.
-    let rig_energy = profile_mean(&a.rig, 0.0, d + TAIL_S) * (d + TAIL_S) - rig_idle * TAIL_S;
+    let rig_energy = mean_over(&rig, 0.0, d + TAIL_S) * (d + TAIL_S) - rig_idle * TAIL_S;
     let kernel_seen = Seen {
         rig_w: rig_energy / d,
-        logger_w: profile_mean(&a.logger, 0.0, d),
+        logger_w: mean_over(&logger, 0.0, d),
         corrected_w: corrected.map_or(f64::NAN, |c| c.0),
     };
     let idle = Seen {
@@ -436,7 +423,7 @@ pub fn observe(
         kernel,
         util,
         level,
-        temp_c: mean_temperature(path)?,
+        temp_c,
         executions: kept.len(),
         time_s: d,
         power: kernel_seen,
@@ -773,7 +760,7 @@ impl PowerModel {
 
     /// A name for tables: `<kind> on <against>`.
     pub fn label(&self) -> String {
-        format!("{} on {}", serde_plain(&self.kind), self.against.name())
+        format!("{} on {}", self.kind.name(), self.against.name())
     }
 
     /// Predicted power of a kernel of utilisation `util` at `level` and `temp_c`, W; the
@@ -803,13 +790,6 @@ impl PowerModel {
             .iter()
             .find(|t| t.kernel == kernel)
             .map(|t| t.time_s(f))
-    }
-}
-
-fn serde_plain(k: &ModelKind) -> &'static str {
-    match k {
-        ModelKind::Util => "util",
-        ModelKind::Dvfs => "dvfs",
     }
 }
 

@@ -331,15 +331,15 @@ impl TriggerOut for Quiet {
 
 /// Runs `launch`'s kernel back to back (at its DVFS level) until `seconds` of execution
 /// time have passed, in trains of about 50 ms, the trigger not driven; the logger's
-/// readings meanwhile are read and dropped. Returns the executions run.
+/// readings meanwhile are read and dropped.
 pub fn preheat(
     runner: &mut dyn GpuRunner,
     logger: &mut dyn PowerLogger,
     launch: &Launch,
     seconds: f64,
-    hz: f64,
-) -> Result<usize, ProfileError> {
-    let (mut done, mut count, mut n) = (0.0, 1u32, 0usize);
+) -> Result<(), ProfileError> {
+    let hz = runner.clock_hz();
+    let (mut done, mut count) = (0.0, 1u32);
     while done < seconds {
         let train = Launch {
             delay_s: (0.0, 0.0),
@@ -355,11 +355,10 @@ pub fn preheat(
             break;
         }
         done += busy;
-        n += execs.len();
         count = ((50e-3 * execs.len() as f64 / busy) as u32).clamp(1, 100_000);
         logger.poll()?;
     }
-    Ok(n)
+    Ok(())
 }
 
 /// The rig recording beside a profile: `profile.arrow` → `profile.rig.arrow`.

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::Context;
-use railtrace::analysis::Point;
-use railtrace::demo::{picture, Cell, Curve, Score, Stitched, Truth};
+
+use railtrace::demo::{cells, picture, Cell, Curve, Score, Stitched, Truth};
 use railtrace::export::{export, Format, Options as ExportOptions};
 use railtrace::gpu::twin::{TwinGpu, TwinTrigger};
 use railtrace::gpu::Launch;
@@ -67,17 +67,6 @@ pub struct Args {
     /// Print the figures as JSON too.
     #[arg(long)]
     json: bool,
-}
-
-fn cells(points: &[Point]) -> Vec<Cell> {
-    points
-        .iter()
-        .map(|p| Cell {
-            lo: p.lo_s,
-            hi: p.hi_s,
-            w: if p.n > 0 { p.mean_w } else { f64::NAN },
-        })
-        .collect()
 }
 
 /// One of the checks, with what was measured.

@@ -259,8 +259,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
             let mut report = Vec::new();
             for (m, s) in &scored {
-                eprint!("{}", table(m, s));
-                report.push(summary(m, s));
+                let j = summary(m, s);
+                eprint!("{}", table(m, s, &j));
+                report.push(j);
             }
             if let Some(p) = &picture {
                 plot(&scored, &runs, p)?;
@@ -334,8 +335,8 @@ fn summary(m: &PowerModel, s: &[Scored]) -> serde_json::Value {
     })
 }
 
-/// One model's validation for people.
-fn table(m: &PowerModel, s: &[Scored]) -> String {
+/// One model's validation for people (`j`: its [`summary`]).
+fn table(m: &PowerModel, s: &[Scored], j: &serde_json::Value) -> String {
     let mut t = String::new();
     let _ = writeln!(
         t,
@@ -374,7 +375,6 @@ fn table(m: &PowerModel, s: &[Scored]) -> String {
             r.energy_pct(),
         );
     }
-    let j = summary(m, s);
     let line = |name: &str, e: &serde_json::Value| {
         if e["runs"].as_u64().unwrap_or(0) == 0 {
             return String::new();

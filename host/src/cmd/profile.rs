@@ -311,8 +311,7 @@ pub fn profile(
             "railtrace profile: preheating: {} back to back for {} s",
             plan.launch.kernel, plan.preheat_s
         );
-        let hz = runner.clock_hz();
-        railtrace::profile::preheat(runner, logger, &plan.launch, plan.preheat_s, hz)?;
+        railtrace::profile::preheat(runner, logger, &plan.launch, plan.preheat_s)?;
     }
     let (acquired, rig_summary) = with_rig(port, &rig_out, args.rate_hz, || {
         let bar = indicatif::ProgressBar::new(plan.runs as u64);
