@@ -10,7 +10,13 @@
 //! Runs `N` samples (default 100 000) of 8 channels at 100 kS/s through the real sampler
 //! (interrupt side) and device (main loop, polled every 8 samples) into a link that takes
 //! every byte, and prints what arrived. Run it with two values of `N` and divide the
-//! difference in instructions by the difference in samples.
+//! difference in instructions by the difference in samples (`firmware/hotpath-callgrind.sh`
+//! does it all and splits the figure by function).
+//!
+//! A second argument `noise` samples uniformly random codes instead of the test signal:
+//! the test signal's low bytes are mostly multiples of 64, so a quarter of its code bytes
+//! are zero and COBS blocks are short; random codes have a zero byte in 256, as a busy
+//! ADC channel does.
 use std::convert::Infallible;
 
 use heapless::spsc::Queue;
@@ -20,6 +26,20 @@ use railtrace_firmware::*;
 use railtrace_protocol::{Configure, Decoder, FrameEncoder, Message, Quantity, MAX_WIRE_FRAME};
 
 const TICK_HZ: u32 = 84_000_000;
+
+/// Uniformly random codes (a fixed-seed xorshift), for `noise`.
+struct Noise(u32);
+impl SampleSource for Noise {
+    type Error = ErrorKind;
+    fn convert(&mut self) -> Result<[i16; CHANNELS], ErrorKind> {
+        Ok(core::array::from_fn(|_| {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 17;
+            self.0 ^= self.0 << 5;
+            self.0 as i16
+        }))
+    }
+}
 
 struct Clock(u64);
 impl Board for Clock {
@@ -79,6 +99,14 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(100_000);
+    if std::env::args().nth(2).is_some_and(|a| a == "noise") {
+        run(Noise(0x9E37_79B9), n);
+    } else {
+        run(TestSignal::new(), n);
+    }
+}
+
+fn run<S: SampleSource>(source: S, n: u64) {
     static CHANNEL_SPECS: [ChannelSpec; 8] = {
         let spec = ChannelSpec {
             index: 0,
@@ -114,7 +142,7 @@ fn main() {
     let mut eq: Queue<Edge, 32> = Queue::new();
     let (sp, sc) = sq.split();
     let (_ep, ec) = eq.split();
-    let mut sampler = Sampler::new(TestSignal::new(), sp, &shared);
+    let mut sampler = Sampler::new(source, sp, &shared);
     let mut device = Device::new(
         desc,
         None,
@@ -172,7 +200,7 @@ fn main() {
     println!(
         "state: Device {} bytes, Sampler {} bytes, sample queue {} bytes (host sizes)",
         size_of::<Device<'_, 256, 32>>(),
-        size_of::<Sampler<'_, TestSignal, 256>>(),
+        size_of::<Sampler<'_, S, 256>>(),
         size_of::<Queue<Sample, 256>>()
     );
 }

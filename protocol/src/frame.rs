@@ -107,16 +107,16 @@ pub struct Frame<'a> {
 }
 
 /// Encodes `message` as frame `seq` into `out`: COBS bytes followed by the 0x00
-/// delimiter. Returns the number of bytes written. Never allocates.
+/// delimiter. Returns the number of bytes written. Never allocates. The payload is
+/// written once, into the raw frame after its header; the CRC is computed there and the
+/// raw frame COBS-encoded into `out`.
 pub fn encode_frame(seq: u32, message: &Message<'_>, out: &mut [u8]) -> Result<usize, EncodeError> {
-    let mut payload = [0u8; MAX_PAYLOAD];
-    let len = message.encode_payload(&mut payload)?;
-    encode_raw_frame(
-        seq,
-        message.type_byte(),
-        payload.get(..len).ok_or(EncodeError::InvalidMessage)?,
-        out,
-    )
+    let mut raw = [0u8; MAX_RAW_FRAME];
+    let payload = raw
+        .get_mut(HEADER_LEN..HEADER_LEN + MAX_PAYLOAD)
+        .ok_or(EncodeError::InvalidMessage)?;
+    let len = message.encode_payload(payload)?;
+    finish_frame(seq, message.type_byte(), &mut raw, len, out)
 }
 
 /// Encodes a frame from a payload already laid out (see [`Message::encode_payload`]), for
@@ -127,20 +127,31 @@ pub fn encode_raw_frame(
     payload: &[u8],
     out: &mut [u8],
 ) -> Result<usize, EncodeError> {
-    if payload.len() > MAX_PAYLOAD {
-        return Err(EncodeError::InvalidMessage);
-    }
     let mut raw = [0u8; MAX_RAW_FRAME];
-    let mut w = Writer::new(&mut raw);
+    raw.get_mut(HEADER_LEN..HEADER_LEN + payload.len())
+        .filter(|_| payload.len() <= MAX_PAYLOAD)
+        .ok_or(EncodeError::InvalidMessage)?
+        .copy_from_slice(payload);
+    finish_frame(seq, msg_type, &mut raw, payload.len(), out)
+}
+
+/// With `len` payload bytes in `raw` after the header's place: writes the header before
+/// them and the CRC after, COBS-encodes the raw frame into `out` and appends the delimiter.
+fn finish_frame(
+    seq: u32,
+    msg_type: u8,
+    raw: &mut [u8; MAX_RAW_FRAME],
+    len: usize,
+    out: &mut [u8],
+) -> Result<usize, EncodeError> {
+    let body_len = HEADER_LEN + len;
+    let raw_len = body_len + CRC_LEN;
+    let mut w = Writer::new(raw);
     w.u8(PROTOCOL_VERSION)
         .and_then(|_| w.u8(msg_type))
         .and_then(|_| w.u32(seq))
-        .and_then(|_| w.bytes(payload))
         .map_err(|_| EncodeError::InvalidMessage)?;
-    let body_len = w.position();
-    let body = raw.get(..body_len).ok_or(EncodeError::InvalidMessage)?;
-    let crc = crc32c(body);
-    let raw_len = body_len + CRC_LEN;
+    let crc = crc32c(raw.get(..body_len).ok_or(EncodeError::InvalidMessage)?);
     raw.get_mut(body_len..raw_len)
         .ok_or(EncodeError::InvalidMessage)?
         .copy_from_slice(&crc.to_le_bytes());
