@@ -95,18 +95,10 @@ where
 
     /// Waits, in bounded time, until BUSY has risen and fallen again.
     pub fn wait_ready(&mut self) -> Result<(), Error<SPI::Error>> {
-        let mut seen_high = false;
-        for _ in 0..self.busy_polls {
-            if self.busy.is_high().map_err(pin)? {
-                seen_high = true;
-            } else if seen_high {
-                return Ok(());
-            }
-        }
-        Err(if seen_high {
-            Error::BusyNeverFell
-        } else {
-            Error::BusyNeverRose
+        wait_busy(&mut self.busy, self.busy_polls).map_err(|e| match e {
+            BusyWait::Pin(kind) => Error::Pin(kind),
+            BusyWait::NeverRose => Error::BusyNeverRose,
+            BusyWait::NeverFell => Error::BusyNeverFell,
         })
     }
 
@@ -133,6 +125,33 @@ where
 
 fn pin<S, E: digital::Error>(e: E) -> Error<S> {
     Error::Pin(e.kind())
+}
+
+/// How a bounded wait for BUSY went wrong (shared with the parallel driver).
+pub(crate) enum BusyWait {
+    Pin(digital::ErrorKind),
+    NeverRose,
+    NeverFell,
+}
+
+/// Polls BUSY at most `polls` times until it has been seen high and then low again.
+pub(crate) fn wait_busy<B: InputPin>(busy: &mut B, polls: u32) -> Result<(), BusyWait> {
+    let mut seen_high = false;
+    for _ in 0..polls {
+        if busy
+            .is_high()
+            .map_err(|e| BusyWait::Pin(digital::Error::kind(&e)))?
+        {
+            seen_high = true;
+        } else if seen_high {
+            return Ok(());
+        }
+    }
+    Err(if seen_high {
+        BusyWait::NeverFell
+    } else {
+        BusyWait::NeverRose
+    })
 }
 
 impl<SPI, CONVST, BUSY> SampleSource for Ad7606<SPI, CONVST, BUSY>

@@ -19,6 +19,9 @@ pub const TRIGGER_OUTPUTS: usize = 4;
 pub const TX_SLOTS: usize = 8;
 /// Slots kept free of sample blocks, so command results, edges and status always fit.
 pub const CONTROL_RESERVE: usize = 3;
+/// A Stop waits at most a second divided by this for the link to take the run's last
+/// blocks: a tenth of a second.
+const STOP_GRACE_DIV: u64 = 10;
 /// Most code bytes a block can hold.
 const MAX_CODE_BYTES: usize = MAX_PAYLOAD - 25;
 
@@ -146,6 +149,9 @@ pub struct Device<'a, const Q: usize, const E: usize> {
     pending_sync: Option<(u16, u32, u64)>,
     config: Config,
     running: bool,
+    /// A Stop being carried out: its request id, its type byte and when it came. The run's
+    /// last samples still go out, each block as a slot frees, before its answer.
+    stopping: Option<(u16, u8, u64)>,
     sample_period_ticks: u64,
     run_start_tick: u64,
     t0: Option<u64>,
@@ -204,6 +210,7 @@ impl<'a, const Q: usize, const E: usize> Device<'a, Q, E> {
                 averaging: 1,
             },
             running: false,
+            stopping: None,
             sample_period_ticks: 1,
             run_start_tick: 0,
             t0: None,
@@ -266,7 +273,38 @@ impl<'a, const Q: usize, const E: usize> Device<'a, Q, E> {
             self.next_status_tick = now + u64::from(self.desc.tick_hz);
         }
         self.collect_samples(now);
+        self.finish_stop(now);
         self.transmit(board, link)
+    }
+
+    /// Ends a Stop once the run's last samples are in blocks queued for the link (or,
+    /// after a tenth of a second of a link that does not take them, counted as dropped):
+    /// then its status, then its answer.
+    fn finish_stop(&mut self, now: u64) {
+        let Some((request_id, command, since)) = self.stopping else {
+            return;
+        };
+        let late = now.saturating_sub(since) > u64::from(self.desc.tick_hz) / STOP_GRACE_DIV;
+        if late {
+            loop {
+                self.collect_samples(now);
+                let drained = !self.queues.samples.ready();
+                self.close_block(true);
+                if drained {
+                    break;
+                }
+            }
+        } else if self.queues.samples.ready() || !self.close_block(false) {
+            return; // blocks still wait for slots
+        }
+        self.running = false;
+        self.stopping = None;
+        self.push(Slot::Status);
+        self.push(Slot::Result(CommandResult {
+            request_id,
+            command,
+            code: ResultCode::Ok,
+        }));
     }
 
     fn free(&self) -> usize {
@@ -495,6 +533,9 @@ impl<'a, const Q: usize, const E: usize> Device<'a, Q, E> {
                 if matches!(m, Message::TimeSync(_)) && code == ResultCode::Ok {
                     return; // its result follows the reply, sent from transmit()
                 }
+                if matches!(m, Message::Stop { .. }) && self.stopping.is_some() {
+                    return; // its result follows the run's last block, from finish_stop()
+                }
                 (request_id, m.type_byte(), code)
             }
         };
@@ -540,21 +581,13 @@ impl<'a, const Q: usize, const E: usize> Device<'a, Q, E> {
                 }
             }
             Message::Start { .. } => self.start(board),
-            Message::Stop { .. } => {
-                if self.running {
+            Message::Stop { request_id } => {
+                if self.running && self.stopping.is_none() {
+                    // Every sample of the run goes out, or is counted as dropped; the
+                    // answer follows from finish_stop.
                     board.stop_sampling();
                     self.shared.stop();
-                    // Every sample of the run goes out, or is counted as dropped.
-                    loop {
-                        self.collect_samples(board.now());
-                        let drained = !self.queues.samples.ready();
-                        self.close_block(true);
-                        if drained {
-                            break;
-                        }
-                    }
-                    self.running = false;
-                    self.push(Slot::Status);
+                    self.stopping = Some((request_id, m.type_byte(), board.now()));
                 }
                 ResultCode::Ok
             }
@@ -618,6 +651,9 @@ impl<'a, const Q: usize, const E: usize> Device<'a, Q, E> {
     }
 
     fn start<B: Board>(&mut self, board: &mut B) -> ResultCode {
+        if self.stopping.is_some() {
+            return ResultCode::Busy; // the last run's samples are still going out
+        }
         if self.running {
             return ResultCode::Ok;
         }

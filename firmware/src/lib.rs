@@ -2,6 +2,8 @@
 //! embedded-io, so the same code runs on a board, in the digital twin and in host tests.
 //!
 //! - [`ad7606`]: the ADC driver (8 simultaneous 16-bit channels over SPI).
+//! - [`ad7606_parallel`]: the same ADC on its 16-bit parallel interface, with the
+//!   AD7606C's software-mode register writes (analog bandwidth).
 //! - [`sampler`]: the interrupt side: a conversion per sample-timer tick, on-device
 //!   averaging, and trigger-edge capture, handed over through lock-free queues with every
 //!   loss counted.
@@ -16,6 +18,7 @@
 #![warn(missing_docs)]
 
 pub mod ad7606;
+pub mod ad7606_parallel;
 pub mod device;
 pub mod hw;
 pub mod sampler;

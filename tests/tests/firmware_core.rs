@@ -409,7 +409,9 @@ fn a_slow_link_drops_whole_blocks_counted_and_visible_as_gaps() {
         // About 6 bytes a sample get through; a sample of 4 channels needs about 8.
         rig.link.budget = Some(0);
         rig.poll_every = 10;
-        for _ in 0..200 {
+        // Long enough that the backlog outgrows the transmit slots and half the queue
+        // (Stop itself lets the last blocks out as the link takes them).
+        for _ in 0..600 {
             rig.link.budget = Some(60);
             rig.run_samples(10);
         }
@@ -429,7 +431,7 @@ fn a_slow_link_drops_whole_blocks_counted_and_visible_as_gaps() {
             received += codes.len() as u64;
             next = first + codes.len() as u64;
         }
-        assert_eq!(s.samples_acquired, 2000);
+        assert_eq!(s.samples_acquired, 6000);
         assert_eq!(received + s.dropped_total(), s.samples_acquired);
         assert_eq!(gaps + (s.samples_acquired - next), s.dropped_total());
         assert_eq!(rig.host.seq.lost, 0, "control frames are never lost");
@@ -771,5 +773,32 @@ fn an_overloaded_device_still_answers_commands_and_reports_edges() {
         let edges = all.iter().filter(|r| matches!(r, Rx::Edge(_))).count() as u64;
         assert_eq!(edges + u64::from(s.edges_dropped), edges_raised);
         assert_eq!(edges, edges_raised, "edges take slots before sample blocks");
+    });
+}
+
+#[test]
+fn stop_sends_the_runs_last_blocks_as_the_link_takes_them() {
+    rig!(TestSignal::new(), |rig| {
+        rig.command(configure(1, 100_000, 0xFF, 1));
+        rig.command(Message::Start { request_id: 2 });
+        // A burst the stalled link has not sent when Stop arrives: four full blocks wait
+        // in the transmit slots and the rest in the queue. Once the link moves again,
+        // they all go out before Stop's answer (a Stop that forced the last block out at
+        // once would drop what found no slot).
+        rig.link.budget = Some(0);
+        rig.poll_every = 10;
+        rig.run_samples(250);
+        let mut got = rig.host.take();
+        got.extend(rig.command(Message::Stop { request_id: 3 }));
+        let s = last_status(&got);
+        let received: u64 = blocks(&got).iter().map(|b| b.3.len() as u64).sum();
+        assert_eq!((s.samples_acquired, s.dropped_total()), (250, 0), "{s:?}");
+        assert_eq!(received, 250);
+        // Stop's answer comes after the run's last block and its status.
+        let result = got
+            .iter()
+            .position(|r| matches!(r, Rx::Result(c) if c.request_id == 3))
+            .unwrap();
+        assert!(got[..result].iter().any(|r| matches!(r, Rx::Status(_))));
     });
 }

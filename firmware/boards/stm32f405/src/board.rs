@@ -1,6 +1,7 @@
 //! The STM32F405 hardware the firmware uses, at register level (PAC `stm32f4`), and
 //! nothing of the protocol: clocks, the tick clock (TIM5), the sample timer (TIM2) and the
-//! host link (USART1, in [`crate::serial`]).
+//! host link (OTG_FS USB in [`crate::usb`], or USART1 in [`crate::serial`] with the `usart`
+//! feature, which `qemu` implies).
 //!
 //! Everything here runs both on silicon and under `qemu-system-arm -M netduinoplus2`
 //! (QEMU 7.2). The differences, all behind the `qemu` cargo feature, are:
@@ -24,6 +25,7 @@ use cortex_m::peripheral::{syst::SystClkSource, NVIC, SYST};
 use critical_section::Mutex;
 use stm32f4::stm32f405::{self as pac, interrupt, Interrupt};
 
+#[cfg(feature = "usart")]
 use crate::serial::Serial;
 
 /// Core clock (HCLK): 168 MHz from the PLL on silicon; QEMU's netduinoplus2 also runs its
@@ -43,12 +45,15 @@ pub const TICK_HZ: u32 = 1_000_000_000;
 
 /// USART1 rate on silicon (APB2 84 MHz: BRR 91, 923077 baud, 0.16 % fast).
 /// QEMU ignores it: its USART moves bytes as fast as the host's pseudo-terminal takes them.
+#[cfg(feature = "usart")]
 pub const USART1_BAUD: u32 = 921_600;
+#[cfg(feature = "usart")]
 const APB2_HZ: u32 = 84_000_000;
 
 /// Interrupt priorities (STM32F4 implements the top 4 bits; lower value = more urgent).
 /// The link's receiver must never lose a byte, the sample timer must not jitter, and the
 /// tick clock's wrap interrupt only has to come once per 2^32 ticks.
+#[cfg(feature = "usart")]
 const PRIO_USART1: u8 = 0x40;
 const PRIO_SAMPLE: u8 = 0x60;
 const PRIO_CLOCK: u8 = 0xC0;
@@ -60,8 +65,12 @@ pub struct Board {
     pub clock: TickClock,
     /// The periodic sample interrupt.
     pub sampler: SampleTimer,
-    /// The host link.
+    /// The host link: USART1 (`usart` feature, and under QEMU).
+    #[cfg(feature = "usart")]
     pub serial: Serial,
+    /// The host link: OTG_FS, for [`crate::usb::init`] (silicon without `usart`).
+    #[cfg(not(feature = "usart"))]
+    pub otg: crate::usb::OtgFs,
     /// The trigger outputs.
     pub outputs: TriggerOutputs,
     /// What samples: the AD7606, or the test signal where it did not answer.
@@ -98,6 +107,7 @@ impl Board {
         dp.RCC
             .apb1enr()
             .modify(|_, w| w.tim2en().set_bit().tim5en().set_bit());
+        #[cfg(feature = "usart")]
         dp.RCC.apb2enr().modify(|_, w| w.usart1en().set_bit());
         dp.RCC
             .ahb1enr()
@@ -109,16 +119,21 @@ impl Board {
         let clock = TickClock::start(dp.TIM5);
         let outputs = TriggerOutputs::new(dp.GPIOC);
         let clock_check_ticks = clock_check(cp.SYST);
+        #[cfg(feature = "usart")]
         let serial = Serial::init(dp.USART1, &dp.GPIOA, APB2_HZ, USART1_BAUD);
+        #[cfg(not(feature = "usart"))]
+        crate::usb::pins(&dp.GPIOA);
         let (source, adc_error) = crate::adc::probe(&dp.RCC, &dp.GPIOA, &dp.GPIOB, dp.SPI1);
         let sampler = SampleTimer::new(dp.TIM2);
 
         // SAFETY: the handlers' shared state lives in critical-section mutexes and atomics,
         // so unmasking cannot break a critical section.
         unsafe {
+            #[cfg(feature = "usart")]
             nvic.set_priority(Interrupt::USART1, PRIO_USART1);
             nvic.set_priority(Interrupt::TIM2, PRIO_SAMPLE);
             nvic.set_priority(Interrupt::TIM5, PRIO_CLOCK);
+            #[cfg(feature = "usart")]
             NVIC::unmask(Interrupt::USART1);
             NVIC::unmask(Interrupt::TIM2);
             NVIC::unmask(Interrupt::TIM5);
@@ -127,7 +142,14 @@ impl Board {
         Board {
             clock,
             sampler,
+            #[cfg(feature = "usart")]
             serial,
+            #[cfg(not(feature = "usart"))]
+            otg: crate::usb::OtgFs {
+                global: dp.OTG_FS_GLOBAL,
+                device: dp.OTG_FS_DEVICE,
+                pwrclk: dp.OTG_FS_PWRCLK,
+            },
             outputs,
             source,
             adc_error,

@@ -6,7 +6,9 @@
 //! - TIM5's capture interrupts stamp the trigger inputs (silicon). QEMU models no input
 //!   capture, so under the `qemu` feature a self-test raises an edge on input 0 every
 //!   millisecond while sampling, from the sample interrupt, stamped like a capture.
-//! - The main loop polls the core's device: commands and frames over USART1.
+//! - The main loop polls the core's device: commands and frames over the host link, the
+//!   chip's own USB (OTG_FS, CDC-ACM at full speed, [`usb`]) on silicon, or USART1
+//!   ([`serial`]) with the `usart` feature and under QEMU (which models no USB).
 #![no_std]
 #![no_main]
 #![deny(
@@ -18,8 +20,11 @@
 
 mod adc;
 mod board;
+#[cfg(feature = "usart")]
 mod serial;
 mod storage;
+#[cfg(not(feature = "usart"))]
+mod usb;
 
 use core::cell::RefCell;
 
@@ -216,7 +221,10 @@ fn main() -> ! {
     let board::Board {
         clock,
         sampler: timer,
+        #[cfg(feature = "usart")]
         mut serial,
+        #[cfg(not(feature = "usart"))]
+        otg,
         outputs,
         source,
         adc_error,
@@ -312,11 +320,30 @@ fn main() -> ! {
         outputs,
         flash,
     };
-    // A leading delimiter: a host attached mid-stream resynchronises at once.
-    let _ = embedded_io::Write::write(&mut serial, &[0]);
-    loop {
-        // The link never fails (its error type is Infallible).
-        let Ok(()) = device.poll(&mut hw, &mut serial);
+    #[cfg(feature = "usart")]
+    {
+        // A leading delimiter: a host attached mid-stream resynchronises at once.
+        let _ = embedded_io::Write::write(&mut serial, &[0]);
+        loop {
+            // The link never fails (its error type is Infallible).
+            let Ok(()) = device.poll(&mut hw, &mut serial);
+        }
+    }
+    #[cfg(not(feature = "usart"))]
+    {
+        let mut link = match usb::init(otg, serial_str) {
+            Ok(link) => link,
+            // The descriptors are fixed at build time; a refusal is a firmware bug. Without
+            // a link there is nothing to do but wait for the watchdog-free reset.
+            Err(_) => loop {
+                cortex_m::asm::wfi();
+            },
+        };
+        loop {
+            // A USB driver error leaves the frame where it was; the next pass retries it.
+            let _ = device.poll(&mut hw, &mut link);
+            let _ = link.poll();
+        }
     }
 }
 
