@@ -127,7 +127,11 @@ impl Line {
         } else {
             ral::write_reg!(ral::gpio, g7, DR_CLEAR, self.mask);
         }
-        let hold = if high { self.after_high } else { self.after_low };
+        let hold = if high {
+            self.after_high
+        } else {
+            self.after_low
+        };
         if hold > 0 {
             cortex_m::asm::dsb();
             cortex_m::asm::delay(hold);
@@ -229,7 +233,10 @@ impl Pads {
         // SAFETY: GPR26/27 bits of the pads owned here only (read-modify-write, at boot).
         let gpr = unsafe { ral::iomuxc_gpr::IOMUXC_GPR::instance() };
         ral::modify_reg!(ral::iomuxc_gpr, gpr, GPR26, |v| v | DB_GPIO6);
-        ral::modify_reg!(ral::iomuxc_gpr, gpr, GPR27, |v| v | DB_GPIO7 | BUSY | OUTPUTS);
+        ral::modify_reg!(ral::iomuxc_gpr, gpr, GPR27, |v| v
+            | DB_GPIO7
+            | BUSY
+            | OUTPUTS);
         to_gpio(d0);
         to_gpio(d1);
         to_gpio(d2);

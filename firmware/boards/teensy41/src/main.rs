@@ -174,7 +174,10 @@ fn main() -> ! {
     // Pins 2-3 are GPIO4 pads (teensy4-pins); the port check fails only for a pin given
     // the wrong port, a mistake in these lines.
     #[allow(clippy::unwrap_used)]
-    let (out0, out1) = (gpio4.output(pins.p2).unwrap(), gpio4.output(pins.p3).unwrap());
+    let (out0, out1) = (
+        gpio4.output(pins.p2).unwrap(),
+        gpio4.output(pins.p3).unwrap(),
+    );
     let probe = adc::probe(adc::Pads {
         db: (
             (pins.p19, pins.p18, pins.p14, pins.p36),
