@@ -109,6 +109,7 @@ fn main() {
         output: out.clone(),
         rig: None,
         rate_hz: Some(RATE as u32),
+        rate_at_least_hz: None,
         channels: None,
         averaging: 1,
         duration: None,

@@ -73,8 +73,11 @@ pub struct Config {
     /// The rig description; without one, rails come from the device's channel names
     /// (`<rail>_I`, `<rail>_V`).
     pub rig: Option<RigFile>,
-    /// Sample rate, Hz; the device's highest when not given.
+    /// Sample rate, Hz; when not given, the lowest the device offers at or above
+    /// `rate_at_least_hz`, or its highest.
     pub rate_hz: Option<u32>,
+    /// With no `rate_hz`: the least rate wanted (e.g. a sample in every bin of a profile).
+    pub rate_at_least_hz: Option<u32>,
     /// Channels to capture; all the device has when not given.
     pub channels: Option<Vec<u8>>,
     /// Conversions averaged into each sample.
@@ -374,7 +377,13 @@ async fn connect(
                     .join(", ")
             )))
         }
-        None => info.sample_rates_hz.iter().copied().max().unwrap_or(0),
+        None => {
+            let highest = info.sample_rates_hz.iter().copied().max().unwrap_or(0);
+            config.rate_at_least_hz.map_or(highest, |least| {
+                let enough = info.sample_rates_hz.iter().copied().filter(|&r| r >= least);
+                enough.min().unwrap_or(highest)
+            })
+        }
     };
     let mut mask = 0u8;
     match &config.channels {

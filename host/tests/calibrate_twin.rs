@@ -74,10 +74,10 @@ fn scenario(dir: &TempDir, logger: &str) -> std::path::PathBuf {
         .filter(|l| !l.starts_with("offset_v"))
         .map(|l| format!("{l}\n"))
         .collect();
-    let rig = Path::new(env!("CARGO_MANIFEST_DIR")).join("../hardware/rigs/pcie-2x8pin.toml");
+    let rig = Path::new(env!("CARGO_MANIFEST_DIR")).join("../hardware/rigs/pcie-2x8pin-hs.toml");
     let text = format!(
         "{}[logger]\n{logger}\nperiod_s = 1e-3\nphase_s = 1e-3\nquantum_w = 0.01\nstamp = {{ kind = \"gpu_clock\" }}\n",
-        head.replace("../rigs/pcie-2x8pin.toml", rig.to_str().unwrap())
+        head.replace("../rigs/pcie-2x8pin-hs.toml", rig.to_str().unwrap())
     );
     let path = dir.join("scenario.toml");
     std::fs::write(&path, text).unwrap();

@@ -15,7 +15,7 @@ use common::TempDir;
 fn scenario(dir: &TempDir, latency_s: f64) -> std::path::PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let text = std::fs::read_to_string(root.join("hardware/scenarios/dvfs.toml")).unwrap();
-    let rig = root.join("hardware/rigs/pcie-2x8pin.toml");
+    let rig = root.join("hardware/rigs/pcie-2x8pin-hs.toml");
     let old = text
         .lines()
         .find(|l| l.starts_with("dvfs_switch_latency_s"))
@@ -23,7 +23,7 @@ fn scenario(dir: &TempDir, latency_s: f64) -> std::path::PathBuf {
         .to_string();
     let text = text
         .replace(&old, &format!("dvfs_switch_latency_s = {latency_s:e}"))
-        .replace("../rigs/pcie-2x8pin.toml", rig.to_str().unwrap());
+        .replace("../rigs/pcie-2x8pin-hs.toml", rig.to_str().unwrap());
     let path = dir.join("dvfs.toml");
     std::fs::write(&path, text).unwrap();
     path

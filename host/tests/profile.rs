@@ -50,6 +50,8 @@ fn run_trains(
         output: rig_path(&out),
         rig: None,
         rate_hz: None,
+        // A sample in every 10 µs bin, as `railtrace profile` asks by default.
+        rate_at_least_hz: Some(100_000),
         channels: None,
         averaging: 1,
         duration: None,

@@ -16,7 +16,7 @@ async fn info_from_the_twin_and_a_busy_port() {
     let info = rig.info(T).await.unwrap();
     assert_eq!(
         (info.board.as_str(), info.channels.len(), info.tick_hz),
-        ("railtrace twin", 8, 84_000_000)
+        ("railtrace twin", 8, 24_000_000)
     );
     assert_eq!(info.channels[4].name, "cable1_12v_I");
     assert_eq!(info.channels[4].unit, "A");

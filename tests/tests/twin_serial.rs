@@ -34,7 +34,7 @@ async fn twin_streams_eight_channels_at_100_ksps_in_real_time() {
     };
     assert_eq!(
         (tick_hz, channels.len(), board.as_str()),
-        (84_000_000, 8, "railtrace twin")
+        (24_000_000, 8, "railtrace twin")
     );
 
     let cfg = Configure {

@@ -8,8 +8,9 @@ use serde::Deserialize;
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct McuClockConfig {
-    /// Nominal tick rate, Hz: what DeviceInfo reports (84 MHz on the STM32F405).
-    #[serde(default = "default_tick_hz")]
+    /// Nominal tick rate, Hz: what DeviceInfo reports (84 MHz on the STM32F405). In a
+    /// scenario, 0 or left out takes the rig's `board.tick_hz`.
+    #[serde(default)]
     pub tick_hz: u32,
     /// Frequency error at start, parts per million (a crystal: ±10 to ±50).
     #[serde(default)]

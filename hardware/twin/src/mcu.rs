@@ -32,7 +32,7 @@ use crate::adc::SimAd7606;
 use crate::clock::McuClockConfig;
 use crate::pty::{Pty, PtyError};
 use crate::random::{normal, uniform, Rng};
-use crate::rig::{FrontEnd, Measures, RigDescription};
+use crate::rig::{FrontEnd, LinkDescription, Measures, RigDescription};
 use crate::trace::Segment;
 
 /// The sample queue between the twin's interrupt thread and main loop: 16384 samples
@@ -97,8 +97,9 @@ fn default_disconnected_s() -> f64 {
 #[derive(Debug, Clone, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FirmwareConfig {
-    /// Sample rates the device offers, Hz.
-    #[serde(default = "default_rates")]
+    /// Sample rates the device offers, Hz: some of the rig's board's (all of them when
+    /// left empty, as [`crate::scenario::parse`] fills it).
+    #[serde(default)]
     pub sample_rates_hz: Vec<u32>,
     /// Serial number it reports.
     #[serde(default = "default_serial")]
@@ -108,9 +109,6 @@ pub struct FirmwareConfig {
     pub busy_polls: u32,
 }
 
-fn default_rates() -> Vec<u32> {
-    vec![1_000, 10_000, 20_000, 50_000, 100_000]
-}
 fn default_serial() -> String {
     "TWIN-0001".into()
 }
@@ -121,7 +119,7 @@ fn default_busy_polls() -> u32 {
 impl Default for FirmwareConfig {
     fn default() -> Self {
         FirmwareConfig {
-            sample_rates_hz: default_rates(),
+            sample_rates_hz: Vec::new(),
             serial: default_serial(),
             busy_polls: default_busy_polls(),
         }
@@ -169,7 +167,10 @@ pub struct TwinStats {
 /// Start/stop of the sample timer, from the main loop's board to the sample thread.
 #[derive(Debug, Default)]
 struct SampleTimer {
-    running: AtomicBool,
+    /// The timer fires at ticks before this one (0: stopped; `u64::MAX`: running).
+    stop_tick: AtomicU64,
+    /// The device tick up to which the sample thread has run the timer.
+    reached_tick: AtomicU64,
     period_ticks: AtomicU32,
     first_tick: AtomicU64,
     generation: AtomicU32,
@@ -224,6 +225,8 @@ pub struct McuConfig {
     pub trigger: TriggerPathConfig,
     /// Faults to inject.
     pub faults: FaultConfig,
+    /// The host link the rig has.
+    pub link: LinkDescription,
     /// Seed for the trigger jitter and the faults.
     pub seed: u64,
 }
@@ -504,8 +507,9 @@ fn sample_thread<F: FnMut() -> Segment>(
                 }
             }
         };
-        if timer.running.load(Ordering::Acquire) {
-            loop {
+        let stop_tick = timer.stop_tick.load(Ordering::Acquire);
+        {
+            while next_tick < stop_tick {
                 let t = clock.time_at(next_tick);
                 if t > now_s {
                     break;
@@ -520,6 +524,9 @@ fn sample_thread<F: FnMut() -> Segment>(
                 next_tick += period;
             }
         }
+        timer
+            .reached_tick
+            .store(clock.ticks_at(now_s), Ordering::Release);
         deliver(now_s, &mut capture);
         chip.with_analog(|fe| fe.catch_up(now_s));
         on_time(now_s);
@@ -561,11 +568,23 @@ impl Board for TwinBoard {
         t.first_tick
             .store(now + u64::from(period), Ordering::Release);
         t.generation.fetch_add(1, Ordering::AcqRel);
-        t.running.store(true, Ordering::Release);
+        t.stop_tick.store(u64::MAX, Ordering::Release);
         Ok(period)
     }
+    /// Stops the timer now, as a board's timer stops at once: the sample thread, which
+    /// runs the timer's ticks in rounds of a millisecond, runs those before now and none
+    /// after. Waits (at most 50 ms) for it to have run them, so that the device's count at
+    /// Stop holds every conversion it made.
     fn stop_sampling(&mut self) {
-        self.timer.running.store(false, Ordering::Release);
+        let at = self.now();
+        let t = &self.timer;
+        t.stop_tick.fetch_min(at, Ordering::AcqRel);
+        let waited = Instant::now();
+        while t.reached_tick.load(Ordering::Acquire) < at
+            && waited.elapsed() < Duration::from_millis(50)
+        {
+            std::thread::sleep(Duration::from_micros(100));
+        }
     }
     fn set_trigger_output(&mut self, _line: u8, _high: bool) -> Result<(), ErrorKind> {
         Ok(())
@@ -576,7 +595,8 @@ impl Board for TwinBoard {
     }
 }
 
-/// The link as the device sees it: the pseudo-terminal (when connected) with faults.
+/// The link as the device sees it: the rig's host link (its payload rate, packet size
+/// and latency) ending in the pseudo-terminal (when connected), with faults.
 struct Link {
     pty: Option<Pty>,
     rng: Rng,
@@ -584,7 +604,16 @@ struct Link {
     /// Position in the current outgoing frame, and what happens to it.
     in_frame: usize,
     fate: Fate,
+    /// Bytes on their way to the host, and when each write's bytes arrive there.
     outgoing: VecDeque<u8>,
+    arrivals: VecDeque<(Instant, usize)>,
+    /// Bytes that have arrived and wait for the pseudo-terminal to take them.
+    arrived: usize,
+    /// Bytes per second the link carries (the rig's link, or a slower injected one), the
+    /// most it moves in one burst, its latency, and its byte budget.
+    rate: f64,
+    burst: f64,
+    latency: Duration,
     budget: f64,
     last_refill: Instant,
     started: Instant,
@@ -649,17 +678,12 @@ impl embedded_io::ReadReady for Link {
 
 impl embedded_io::WriteReady for Link {
     fn write_ready(&mut self) -> std::io::Result<bool> {
-        if let Some(rate) = self.faults.link_bytes_per_s {
-            let now = Instant::now();
-            self.budget = (self.budget + rate * (now - self.last_refill).as_secs_f64())
-                .min(rate * 0.01 + 64.0);
-            self.last_refill = now;
-            if self.budget < 1.0 {
-                return Ok(false);
-            }
-        }
+        let now = Instant::now();
+        self.budget =
+            (self.budget + self.rate * (now - self.last_refill).as_secs_f64()).min(self.burst);
+        self.last_refill = now;
         self.drain()?;
-        Ok(self.outgoing.len() < HOST_BUFFER)
+        Ok(self.budget >= 1.0 && self.outgoing.len() < HOST_BUFFER)
     }
 }
 
@@ -669,19 +693,58 @@ impl embedded_io::WriteReady for Link {
 const HOST_BUFFER: usize = 256 * 1024;
 
 impl Link {
-    /// Moves what the pseudo-terminal will take now.
+    fn new(pty: Pty, config: &McuConfig, started: Instant, stats: Arc<TwinStats>) -> Link {
+        let l = &config.link;
+        let rate = config
+            .faults
+            .link_bytes_per_s
+            .map_or(l.payload_bytes_per_s, |r| r.min(l.payload_bytes_per_s));
+        Link {
+            pty: Some(pty),
+            rng: crate::random::rng(config.seed, 0xFA17),
+            faults: config.faults,
+            in_frame: 0,
+            fate: Fate::Intact,
+            outgoing: VecDeque::with_capacity(HOST_BUFFER),
+            arrivals: VecDeque::new(),
+            arrived: 0,
+            rate,
+            // 10 ms of the link's rate, at least one packet: the main loop polls every
+            // 250 µs, and a host may hold it off for a few ms.
+            burst: rate * 0.01 + f64::from(l.packet_bytes.max(64)),
+            latency: Duration::from_secs_f64(l.latency_s),
+            budget: 0.0,
+            last_refill: Instant::now(),
+            started,
+            stats,
+        }
+    }
+
+    /// Moves what has arrived and the pseudo-terminal will take now.
     fn drain(&mut self) -> std::io::Result<()> {
+        let now = Instant::now();
+        while let Some(&(at, n)) = self.arrivals.front() {
+            if at > now {
+                break;
+            }
+            self.arrived += n;
+            self.arrivals.pop_front();
+        }
         let Some(p) = &mut self.pty else {
-            self.outgoing.clear(); // into the void, as a UART with nothing attached
+            // Into the void, as a UART with nothing attached.
+            self.outgoing.clear();
+            self.arrivals.clear();
+            self.arrived = 0;
             return Ok(());
         };
-        while !self.outgoing.is_empty() && embedded_io::WriteReady::write_ready(p)? {
+        while self.arrived > 0 && embedded_io::WriteReady::write_ready(p)? {
             let (front, _) = self.outgoing.as_slices();
-            let n = embedded_io::Write::write(p, front)?;
+            let n = embedded_io::Write::write(p, &front[..front.len().min(self.arrived)])?;
             if n == 0 {
                 break;
             }
             self.outgoing.drain(..n);
+            self.arrived -= n;
         }
         Ok(())
     }
@@ -689,11 +752,9 @@ impl Link {
 
 impl embedded_io::Write for Link {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let mut n = buf.len();
-        if self.faults.link_bytes_per_s.is_some() {
-            n = n.min(self.budget.max(1.0) as usize);
-            self.budget -= n as f64;
-        }
+        let n = buf.len().min(self.budget.max(1.0) as usize);
+        self.budget -= n as f64;
+        let before = self.outgoing.len();
         // Pass bytes through one frame at a time, deciding each frame's fate at its
         // first byte: damage, if any, falls on one of its bytes 1 to 10 (every frame has
         // at least 11 bytes before its delimiter), never on the delimiter.
@@ -717,6 +778,8 @@ impl embedded_io::Write for Link {
             self.in_frame += 1;
             self.outgoing.extend(byte);
         }
+        self.arrivals
+            .push_back((Instant::now() + self.latency, self.outgoing.len() - before));
         self.drain()?;
         Ok(n)
     }
@@ -744,18 +807,7 @@ fn main_thread(
         timer: timer.clone(),
         stored: None,
     };
-    let mut link = Link {
-        pty: Some(pty),
-        rng: crate::random::rng(config.seed, 0xFA17),
-        faults: config.faults,
-        in_frame: 0,
-        fate: Fate::Intact,
-        outgoing: VecDeque::with_capacity(HOST_BUFFER),
-        budget: 0.0,
-        last_refill: Instant::now(),
-        started: t0,
-        stats: stats.clone(),
-    };
+    let mut link = Link::new(pty, &config, t0, stats.clone());
     let f = config.faults;
     let mut disconnected_at: Option<f64> = None;
     let mut reset_done = false;

@@ -29,6 +29,10 @@ pub struct RigDescription {
     pub description: String,
     /// The ADC.
     pub adc: AdcDescription,
+    /// The microcontroller board.
+    pub board: BoardDescription,
+    /// The host link.
+    pub link: LinkDescription,
     /// The rails the rig measures.
     #[serde(rename = "rail")]
     pub rails: Vec<RailDescription>,
@@ -40,16 +44,89 @@ pub struct RigDescription {
     pub triggers: Vec<TriggerDescription>,
 }
 
-/// The ADC of the rig.
+/// The ADC of the rig, with what its datasheet says it can do.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdcDescription {
-    /// Part number, e.g. `AD7606`.
+    /// Part number: `AD7606` or `AD7606C-16` (the parts the twin models).
     pub part: String,
     /// Input range: ± this many volts.
     pub range_v: f64,
     /// Resolution in bits.
     pub bits: u8,
+    /// Conversion time, s: CONVST to BUSY falling (the datasheet's maximum).
+    pub conversion_s: f64,
+    /// Highest throughput on all channels, samples/s (the datasheet's).
+    pub max_rate_hz: f64,
+    /// −3 dB frequency of the ADC's own second-order analog input filter at this range,
+    /// Hz (the datasheet's typical value).
+    pub filter_hz: f64,
+    /// Quality factor of that filter (1/√2: Butterworth).
+    #[serde(default = "butterworth_q")]
+    pub filter_q: f64,
+    /// Where the figures come from.
+    #[serde(default)]
+    pub datasheet: String,
+}
+
+fn butterworth_q() -> f64 {
+    std::f64::consts::FRAC_1_SQRT_2
+}
+
+/// The microcontroller board.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BoardDescription {
+    /// The microcontroller, for people (e.g. `STM32F405`).
+    pub mcu: String,
+    /// Rate of the device clock that stamps samples and edges, Hz.
+    pub tick_hz: u32,
+    /// Sample rates the board's firmware offers, Hz.
+    pub sample_rates_hz: Vec<u32>,
+}
+
+/// The kind of host link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LinkKind {
+    /// A UART, 8N1, through a USB-serial adapter.
+    Uart,
+    /// USB full speed (12 Mbit/s), CDC-ACM bulk endpoints.
+    UsbFullSpeed,
+    /// USB high speed (480 Mbit/s), CDC-ACM bulk endpoints.
+    UsbHighSpeed,
+}
+
+impl LinkKind {
+    /// The most payload the link's signalling can carry, bytes/s, and the largest packet:
+    /// a UART 8N1 moves a byte in 10 bit times; a USB bulk endpoint at most 19 packets of
+    /// 64 bytes per 1 ms frame (full speed) or 13 of 512 bytes per 125 µs microframe (high
+    /// speed; USB 2.0 §5.8.4).
+    pub fn ceiling(self, baud: Option<u32>) -> (f64, u32) {
+        match self {
+            LinkKind::Uart => (f64::from(baud.unwrap_or(0)) / 10.0, 1),
+            LinkKind::UsbFullSpeed => (19.0 * 64.0 * 1000.0, 64),
+            LinkKind::UsbHighSpeed => (13.0 * 512.0 * 8000.0, 512),
+        }
+    }
+}
+
+/// The link from the board to the host.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkDescription {
+    /// UART, USB full speed or USB high speed.
+    pub kind: LinkKind,
+    /// Baud rate (UART only).
+    #[serde(default)]
+    pub baud: Option<u32>,
+    /// Payload the link sustains, bytes/s (at most its signalling's ceiling).
+    pub payload_bytes_per_s: f64,
+    /// Bytes moved as one unit (a USB packet; 1 for a UART).
+    pub packet_bytes: u32,
+    /// From the device's write to the host's read, s (a USB frame, an adapter's latency
+    /// timer).
+    pub latency_s: f64,
 }
 
 /// One power rail.
@@ -130,13 +207,7 @@ pub enum RigError {
 impl RigDescription {
     /// Checks the cross references and values.
     pub fn validate(&self) -> Result<(), RigError> {
-        let a = &self.adc;
-        if a.bits != 16 || !(a.range_v == 5.0 || a.range_v == 10.0) {
-            return Err(RigError::Mismatch(format!(
-                "adc: the AD7606 has 16 bits and a ±5 V or ±10 V range, not {} bits ±{} V",
-                a.bits, a.range_v
-            )));
-        }
+        self.validate_parts()?;
         for t in &self.triggers {
             if t.direction != "input" && t.direction != "output" {
                 return Err(RigError::Mismatch(format!(
@@ -184,6 +255,225 @@ impl RigDescription {
         }
         Ok(())
     }
+}
+
+/// What the twin knows of each ADC part, from its datasheet: input ranges, fastest
+/// conversion, highest throughput and its input filter's widest −3 dB frequency per
+/// range (AD7606/AD7606-6/AD7606-4 data sheet Rev. C: tCONV 3.45-4.15 µs, 200 kSPS,
+/// second-order filter at 15 kHz on ±5 V and 23 kHz on ±10 V; AD7606C-16 data sheet
+/// Rev. A: 1 MSPS on all channels, 25 kHz or 220 kHz bandwidth per channel).
+struct Part {
+    name: &'static str,
+    ranges_v: &'static [(f64, f64)],
+    min_conversion_s: f64,
+    max_rate_hz: f64,
+}
+
+const PARTS: [Part; 2] = [
+    Part {
+        name: "AD7606",
+        ranges_v: &[(5.0, 15e3), (10.0, 23e3)],
+        min_conversion_s: 3.45e-6,
+        max_rate_hz: 200e3,
+    },
+    Part {
+        name: "AD7606C-16",
+        ranges_v: &[
+            (2.5, 220e3),
+            (5.0, 220e3),
+            (6.25, 220e3),
+            (10.0, 220e3),
+            (12.5, 220e3),
+        ],
+        min_conversion_s: 0.0,
+        max_rate_hz: 1e6,
+    },
+];
+
+impl RigDescription {
+    /// The ADC, board and link against what their parts can do.
+    fn validate_parts(&self) -> Result<(), RigError> {
+        let a = &self.adc;
+        let bad = |m: String| Err(RigError::Mismatch(m));
+        let Some(part) = PARTS.iter().find(|p| p.name == a.part) else {
+            let known: Vec<&str> = PARTS.iter().map(|p| p.name).collect();
+            return bad(format!(
+                "adc.part: the twin models the {}, not {:?}",
+                known.join(" and the "),
+                a.part
+            ));
+        };
+        let Some(&(_, widest_hz)) = part.ranges_v.iter().find(|r| r.0 == a.range_v) else {
+            let ranges: Vec<String> = part
+                .ranges_v
+                .iter()
+                .map(|r| format!("±{} V", r.0))
+                .collect();
+            return bad(format!(
+                "adc: the {} has 16 bits and a {} range, not {} bits ±{} V",
+                part.name,
+                ranges.join(", "),
+                a.bits,
+                a.range_v
+            ));
+        };
+        if a.bits != 16 {
+            return bad(format!(
+                "adc: the {} has 16 bits, not {}",
+                part.name, a.bits
+            ));
+        }
+        for (what, v) in [
+            ("adc.conversion_s", a.conversion_s),
+            ("adc.max_rate_hz", a.max_rate_hz),
+            ("adc.filter_hz", a.filter_hz),
+            ("adc.filter_q", a.filter_q),
+            ("link.payload_bytes_per_s", self.link.payload_bytes_per_s),
+        ] {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(RigError::NotPositive(what.into()));
+            }
+        }
+        if a.conversion_s < part.min_conversion_s || a.max_rate_hz > part.max_rate_hz {
+            return bad(format!(
+                "adc: the {} converts in at least {} µs and at most {} samples/s",
+                part.name,
+                part.min_conversion_s * 1e6,
+                part.max_rate_hz
+            ));
+        }
+        if a.filter_hz > widest_hz * 1.001 {
+            return bad(format!(
+                "adc.filter_hz: the {}'s input filter is {widest_hz} Hz wide at most on ±{} V, not {}",
+                part.name, a.range_v, a.filter_hz
+            ));
+        }
+        if !(0.3..=2.0).contains(&a.filter_q) {
+            return bad("adc.filter_q must be within 0.3-2 (0.707: Butterworth)".into());
+        }
+        let b = &self.board;
+        let top = a.max_rate_hz.min(1.0 / a.conversion_s);
+        if b.tick_hz == 0
+            || b.sample_rates_hz.is_empty()
+            || b.sample_rates_hz.len() > 8
+            || b.sample_rates_hz
+                .iter()
+                .any(|&r| r == 0 || f64::from(r) > top || b.tick_hz / r == 0)
+        {
+            return bad(format!(
+                "board: 1 to 8 sample rates, each above 0, at most tick_hz and at most the ADC's {top:.0} samples/s"
+            ));
+        }
+        let l = &self.link;
+        if (l.kind == LinkKind::Uart) != l.baud.is_some() {
+            return bad(
+                "link.baud: a UART link needs its baud rate, and only a UART has one".into(),
+            );
+        }
+        let (ceiling, packet) = l.kind.ceiling(l.baud);
+        if l.payload_bytes_per_s > ceiling * 1.000_001 {
+            return bad(format!(
+                "link.payload_bytes_per_s: a {:?} link carries at most {ceiling:.0} bytes/s, not {}",
+                l.kind, l.payload_bytes_per_s
+            ));
+        }
+        if l.packet_bytes == 0 || l.packet_bytes > packet {
+            return bad(format!(
+                "link.packet_bytes: 1 to {packet} on a {:?} link, not {}",
+                l.kind, l.packet_bytes
+            ));
+        }
+        if !(l.latency_s.is_finite() && (0.0..=1.0).contains(&l.latency_s)) {
+            return bad("link.latency_s must be within 0-1 s".into());
+        }
+        Ok(())
+    }
+
+    /// Bytes the link carries per sample of `channels` channels in full sample blocks:
+    /// frame header, the block's 25 bytes before its codes, CRC, COBS overhead and
+    /// delimiter (`protocol/SPEC.md`). 16.7 with 8 channels.
+    pub fn wire_bytes_per_sample(channels: usize) -> f64 {
+        use railtrace_protocol::{cobs::max_encoded_len, max_block_samples, CRC_LEN, HEADER_LEN};
+        let n = max_block_samples(channels).max(1);
+        let raw = HEADER_LEN + 25 + 2 * channels * n + CRC_LEN;
+        (max_encoded_len(raw) + 1) as f64 / n as f64
+    }
+
+    /// The highest rate the board offers whose stream of `channels` channels the link
+    /// carries with 5 % to spare (status, edges and time-sync replies share the link).
+    pub fn carried_rate_hz(&self, channels: usize) -> Option<u32> {
+        let most = 0.95 * self.link.payload_bytes_per_s / Self::wire_bytes_per_sample(channels);
+        self.board
+            .sample_rates_hz
+            .iter()
+            .copied()
+            .filter(|&r| f64::from(r) <= most)
+            .max()
+    }
+
+    /// The 10-90 % rise of a current or voltage step through channel `index`'s chain (its
+    /// sensor's bandwidth, then the ADC's input filter), s: the finest time a step can be
+    /// placed to, whatever the sample rate. Simulated with the twin's exact chain on a
+    /// grid of a thousandth of the rise.
+    pub fn rise_time_s(&self, index: u8) -> f64 {
+        let Some(c) = self.channels.iter().find(|c| c.index == index) else {
+            return 0.0;
+        };
+        let tau = 1.0 / (std::f64::consts::TAU * c.bandwidth_hz);
+        let (w0, _) = self.adc_filter();
+        let mut shape = Shape::new(0.0, tau, self.adc_filter());
+        let mut chain = Chain {
+            shape: 0,
+            rail: 0,
+            x: [0.0; 4],
+        };
+        let dt = (tau + 1.0 / w0) / 1000.0;
+        let e = shape.exp(dt);
+        let (mut t, mut last, mut t10) = (0.0, 0.0, None);
+        while t < 1e4 * (tau + 1.0 / w0) {
+            chain.advance(&e, 1.0, false);
+            t += dt;
+            let v = chain.x[2];
+            let cross = |level: f64| t - dt * (v - level) / (v - last);
+            if t10.is_none() && v >= 0.1 {
+                t10 = Some(cross(0.1));
+            }
+            if v >= 0.9 {
+                return cross(0.9) - t10.unwrap_or(0.0);
+            }
+            last = v;
+        }
+        t
+    }
+
+    /// The ADC's input filter as (ω0, Q): a second-order low-pass whose magnitude falls
+    /// to 1/√2 at `filter_hz` (for Q = 1/√2, ω0 = 2π·filter_hz).
+    pub fn adc_filter(&self) -> (f64, f64) {
+        let q = self.adc.filter_q;
+        // |H(jω)|² = 1 / ((1 - x²)² + x²/Q²) = 1/2 with x = ω/ω0: x² solves
+        // x⁴ + (1/Q² - 2) x² - 1 = 0.
+        let b = 1.0 / (q * q) - 2.0;
+        let x2 = (-b + (b * b + 4.0).sqrt()) / 2.0;
+        (std::f64::consts::TAU * self.adc.filter_hz / x2.sqrt(), q)
+    }
+}
+
+/// One line on what a rig can do: its ADC and filter, its board's top rate, its link.
+pub fn summary(rig: &RigDescription) -> String {
+    let link = match rig.link.kind {
+        LinkKind::Uart => format!("UART {} baud", rig.link.baud.unwrap_or(0)),
+        LinkKind::UsbFullSpeed => "USB full speed".to_string(),
+        LinkKind::UsbHighSpeed => "USB high speed".to_string(),
+    };
+    format!(
+        "{} with a {:.0} kHz input filter, up to {} kS/s on {}, {} at {:.0} kB/s",
+        rig.adc.part,
+        rig.adc.filter_hz / 1e3,
+        rig.board.sample_rates_hz.iter().max().copied().unwrap_or(0) / 1000,
+        rig.board.mcu,
+        link,
+        rig.link.payload_bytes_per_s / 1e3
+    )
 }
 
 /// What the twin knows about the rig and the host does not.
@@ -249,15 +539,155 @@ struct Rail {
     current_a: f64,
 }
 
+/// The analog chain from a rail's current to the ADC's track-and-hold, with unit gain, as a
+/// linear system with state `[I, s, y, ẏ/ω0]`: the rail current behind the board's input
+/// filter (first order, τ_in), the sensor's output (first order, τ_s), and the ADC's input
+/// filter (second order, ω0 and Q). A channel reads `a·y + b`: its sensitivity, gain error
+/// and offset (or, for a voltage channel, its rail's source voltage less the drop) are
+/// linear in the current, so channels of one rail and one bandwidth share one chain. The
+/// input, the rail current the GPU draws, is constant over each step, so each step is
+/// exact: `x ← Ad x + Bd I*` with `Ad`, `Bd` from the matrix exponential of the
+/// augmented system.
+#[derive(Debug, Clone)]
+struct Shape {
+    /// The continuous system [A | B] over the state and the input I*.
+    m: [[f64; AUG]; AUG],
+    /// The last step's length and its exponential.
+    step: Option<(f64, [[f64; AUG]; AUG])>,
+}
+
+/// States plus the input of a chain.
+const AUG: usize = 5;
+
+impl Shape {
+    fn new(input_tau_s: f64, sensor_tau_s: f64, (w0, q): (f64, f64)) -> Shape {
+        let mut m = [[0.0; AUG]; AUG];
+        if input_tau_s > 0.0 {
+            m[0][0] = -1.0 / input_tau_s;
+            m[0][4] = 1.0 / input_tau_s;
+        }
+        m[1][0] = 1.0 / sensor_tau_s;
+        m[1][1] = -1.0 / sensor_tau_s;
+        m[2][3] = w0;
+        m[3][1] = w0;
+        m[3][2] = -w0;
+        m[3][3] = -w0 / q;
+        Shape { m, step: None }
+    }
+
+    /// The exponential for a step of `dt` seconds (the last one's again if `dt` is the
+    /// same within a part in 10⁹: conversions are one period apart).
+    fn exp(&mut self, dt: f64) -> [[f64; AUG]; AUG] {
+        match self.step {
+            Some((len, e)) if (len - dt).abs() <= 1e-9 * dt => e,
+            _ => {
+                let e = expm(&self.m, dt);
+                self.step = Some((dt, e));
+                e
+            }
+        }
+    }
+}
+
+/// One rail's chain of one shape, in motion.
+#[derive(Debug, Clone)]
+struct Chain {
+    shape: usize,
+    rail: usize,
+    x: [f64; 4],
+}
+
+impl Chain {
+    /// Every filter at rest for a rail current of `current_a`.
+    fn settle(&mut self, current_a: f64) {
+        self.x = [current_a, current_a, current_a, 0.0];
+    }
+
+    /// Advances by the step whose exponential is `e`, with the rail drawing `target_a`
+    /// (through the input filter) throughout.
+    fn advance(&mut self, e: &[[f64; AUG]; AUG], target_a: f64, input_filter: bool) {
+        if !input_filter {
+            self.x[0] = target_a; // no input filter: the current follows at once
+        }
+        let z = [self.x[0], self.x[1], self.x[2], self.x[3], target_a];
+        let mut x = [0.0; 4];
+        for (xi, row) in x.iter_mut().zip(e) {
+            *xi = row.iter().zip(&z).map(|(r, z)| r * z).sum();
+        }
+        self.x = x;
+    }
+}
+
+/// One ADC channel: `a·y + b` of its chain's output, plus noise.
+#[derive(Debug, Clone)]
 struct Channel {
     index: usize,
-    rail: usize,
-    measures: Measures,
-    volts_per_unit: f64,
-    offset_v: f64,
+    chain: usize,
+    a: f64,
+    b: f64,
     noise_v_rms: f64,
-    tau_s: f64,
-    out_v: f64,
+}
+
+/// `exp(m·t)` by scaling and squaring of its Taylor series (the chain's matrices are
+/// stable and of norm ω0·t; after scaling to norm ≤ 1/2, 16 terms reach double precision).
+fn expm(m: &[[f64; AUG]; AUG], t: f64) -> [[f64; AUG]; AUG] {
+    let norm = m
+        .iter()
+        .map(|r| r.iter().map(|v| (v * t).abs()).sum::<f64>())
+        .fold(0.0, f64::max);
+    let squarings = if norm > 0.5 {
+        (norm / 0.5).log2().ceil() as i32
+    } else {
+        0
+    };
+    let h = t / 2f64.powi(squarings);
+    let mut a = [[0.0; AUG]; AUG];
+    for (ar, mr) in a.iter_mut().zip(m) {
+        for (av, mv) in ar.iter_mut().zip(mr) {
+            *av = mv * h;
+        }
+    }
+    let mut result = identity();
+    let mut term = identity();
+    for k in 1..=16 {
+        term = matmul(&term, &a);
+        for row in &mut term {
+            for v in row.iter_mut() {
+                *v /= f64::from(k);
+            }
+        }
+        for (rr, tr) in result.iter_mut().zip(&term) {
+            for (rv, tv) in rr.iter_mut().zip(tr) {
+                *rv += tv;
+            }
+        }
+    }
+    for _ in 0..squarings {
+        result = matmul(&result, &result);
+    }
+    result
+}
+
+fn identity() -> [[f64; AUG]; AUG] {
+    let mut i = [[0.0; AUG]; AUG];
+    for (k, row) in i.iter_mut().enumerate() {
+        row[k] = 1.0;
+    }
+    i
+}
+
+fn matmul(x: &[[f64; AUG]; AUG], y: &[[f64; AUG]; AUG]) -> [[f64; AUG]; AUG] {
+    let mut z = [[0.0; AUG]; AUG];
+    for (zr, xr) in z.iter_mut().zip(x) {
+        for (k, xv) in xr.iter().enumerate() {
+            if *xv != 0.0 {
+                for (zv, yv) in zr.iter_mut().zip(&y[k]) {
+                    *zv += xv * yv;
+                }
+            }
+        }
+    }
+    z
 }
 
 /// The true state of the rails at one instant.
@@ -274,6 +704,8 @@ pub struct FrontEnd<F> {
     next_segment: F,
     trace: StreamCursor,
     rails: Vec<Rail>,
+    shapes: Vec<Shape>,
+    chains: Vec<Chain>,
     channels: Vec<Channel>,
     input_tau_s: f64,
     t_s: f64,
@@ -324,27 +756,58 @@ impl<F: FnMut() -> Segment> FrontEnd<F> {
                 "the rails' shares add up to {total}, not 1"
             )));
         }
+        let input_tau_s = truth.input_tau_s.max(0.0);
+        let adc = rig.adc_filter();
+        let (mut shapes, mut taus) = (Vec::new(), Vec::new());
+        let mut chains: Vec<Chain> = Vec::new();
         let mut channels = Vec::new();
         for c in &rig.channels {
             let t = truth.channels.iter().find(|t| t.index == c.index);
             let bandwidth = t.and_then(|t| t.bandwidth_hz).unwrap_or(c.bandwidth_hz);
+            let tau = 1.0 / (std::f64::consts::TAU * bandwidth);
+            let shape = taus.iter().position(|&x| x == tau).unwrap_or_else(|| {
+                taus.push(tau);
+                shapes.push(Shape::new(input_tau_s, tau, adc));
+                shapes.len() - 1
+            });
+            let rail = rig.rails.iter().position(|r| r.name == c.rail).unwrap_or(0);
+            let chain = chains
+                .iter()
+                .position(|k| k.shape == shape && k.rail == rail)
+                .unwrap_or_else(|| {
+                    chains.push(Chain {
+                        shape,
+                        rail,
+                        x: [0.0; 4],
+                    });
+                    chains.len() - 1
+                });
+            let volts_per_unit = c.sensitivity * (1.0 + t.map_or(0.0, |t| t.gain_error));
+            let offset_v = t.map_or(0.0, |t| t.offset_v);
+            let (a, b) = match (c.measures, rails.get(rail)) {
+                (Measures::Current, _) => (volts_per_unit, offset_v),
+                (Measures::Voltage, Some(r)) => (
+                    -r.resistance_ohm * volts_per_unit,
+                    r.source_v * volts_per_unit + offset_v,
+                ),
+                (Measures::Voltage, None) => (0.0, offset_v),
+            };
             channels.push(Channel {
                 index: usize::from(c.index),
-                rail: rig.rails.iter().position(|r| r.name == c.rail).unwrap_or(0),
-                measures: c.measures,
-                volts_per_unit: c.sensitivity * (1.0 + t.map_or(0.0, |t| t.gain_error)),
-                offset_v: t.map_or(0.0, |t| t.offset_v),
+                chain,
+                a,
+                b,
                 noise_v_rms: t.map_or(0.0, |t| t.noise_v_rms),
-                tau_s: 1.0 / (std::f64::consts::TAU * bandwidth),
-                out_v: 0.0,
             });
         }
         let mut fe = FrontEnd {
             next_segment,
             trace: StreamCursor::new(),
             rails,
+            shapes,
+            chains,
             channels,
-            input_tau_s: truth.input_tau_s.max(0.0),
+            input_tau_s,
             t_s: 0.0,
             last_s: 0.0,
             rng,
@@ -359,11 +822,8 @@ impl<F: FnMut() -> Segment> FrontEnd<F> {
         for r in &mut self.rails {
             r.current_a = current(p * r.share, r.source_v, r.resistance_ohm);
         }
-        for i in 0..self.channels.len() {
-            let target = self.target(i);
-            if let Some(c) = self.channels.get_mut(i) {
-                c.out_v = target;
-            }
+        for k in &mut self.chains {
+            k.settle(self.rails.get(k.rail).map_or(0.0, |r| r.current_a));
         }
     }
 
@@ -377,20 +837,6 @@ impl<F: FnMut() -> Segment> FrontEnd<F> {
         } else {
             self.trace.power_at(a_s).unwrap_or(0.0)
         }
-    }
-
-    fn target(&self, i: usize) -> f64 {
-        let Some(c) = self.channels.get(i) else {
-            return 0.0;
-        };
-        let Some(r) = self.rails.get(c.rail) else {
-            return 0.0;
-        };
-        let value = match c.measures {
-            Measures::Current => r.current_a,
-            Measures::Voltage => r.source_v - r.current_a * r.resistance_ohm,
-        };
-        value * c.volts_per_unit + c.offset_v
     }
 
     /// Moves time to `t_s` (never backwards): the next [`Analog::sample`] is taken then.
@@ -416,30 +862,47 @@ impl<F: FnMut() -> Segment> FrontEnd<F> {
             .collect()
     }
 
-    /// Advances the filters from the last instant to the current time, with the GPU's mean
-    /// power over the step as input (exact for a first-order filter when the power is
-    /// constant over the step; the steps are one sample period).
+    /// Advances the filters from the last instant to the current time, piece by piece of
+    /// the GPU's power trace (constant over each piece, so each piece is exact: an ADC
+    /// sample is its input filter's output at that instant, not an average since the last
+    /// one).
     fn advance(&mut self) {
-        let (a, b) = (self.last_s, self.t_s);
+        let (mut a, b) = (self.last_s, self.t_s);
         if b <= a {
             return;
         }
-        let dt = b - a;
-        let p = self.mean_power(a, b);
-        let k_in = if self.input_tau_s > 0.0 {
-            1.0 - (-dt / self.input_tau_s).exp()
-        } else {
-            1.0
-        };
-        for r in &mut self.rails {
-            let target = current(p * r.share, r.source_v, r.resistance_ohm);
-            r.current_a += (target - r.current_a) * k_in;
-        }
-        for i in 0..self.channels.len() {
-            let target = self.target(i);
-            if let Some(c) = self.channels.get_mut(i) {
-                c.out_v += (target - c.out_v) * (1.0 - (-dt / c.tau_s).exp());
+        let next = &mut self.next_segment;
+        let filled = self.trace.fill_until(b, &mut *next).is_ok();
+        while a < b {
+            let (end, p) = match self.trace.segment_at(a) {
+                Some(seg) if filled => (seg.end_s.min(b), seg.power_w),
+                _ => (b, 0.0),
+            };
+            let dt = end - a;
+            if dt <= 0.0 {
+                break;
             }
+            let k_in = if self.input_tau_s > 0.0 {
+                1.0 - (-dt / self.input_tau_s).exp()
+            } else {
+                1.0
+            };
+            let target = |r: &Rail| current(p * r.share, r.source_v, r.resistance_ohm);
+            let filtered = self.input_tau_s > 0.0;
+            let mut exps = [[[0.0; AUG]; AUG]; CHANNELS];
+            for (e, shape) in exps.iter_mut().zip(&mut self.shapes) {
+                *e = shape.exp(dt);
+            }
+            for k in &mut self.chains {
+                let i = self.rails.get(k.rail).map_or(0.0, target);
+                if let Some(e) = exps.get(k.shape) {
+                    k.advance(e, i, filtered);
+                }
+            }
+            for r in &mut self.rails {
+                r.current_a += (target(r) - r.current_a) * k_in;
+            }
+            a = end;
         }
         self.last_s = b;
     }
@@ -465,8 +928,9 @@ impl<F: FnMut() -> Segment> Analog for FrontEnd<F> {
             } else {
                 0.0
             };
+            let y = self.chains.get(c.chain).map_or(0.0, |k| k.x[2]);
             if let Some(slot) = v.get_mut(c.index) {
-                *slot = c.out_v + n;
+                *slot = c.a * y + c.b + n;
             }
         }
         v
@@ -574,45 +1038,73 @@ mod tests {
         assert!((rms / 1e-3 - 1.0).abs() < 0.02, "{rms}");
     }
 
+    /// The F405 UART rig's file with `from` replaced by `to`, validated.
+    fn edited(from: &str, to: &str) -> Result<(), String> {
+        let text = include_str!("../../rigs/pcie-2x8pin.toml");
+        assert!(text.contains(from), "{from}");
+        let rig: RigDescription =
+            toml::from_str(&text.replacen(from, to, 1)).map_err(|e| e.to_string())?;
+        rig.validate().map_err(|e| e.to_string())
+    }
+
     #[test]
-    fn a_power_step_reaches_the_adc_through_two_first_order_filters() {
-        // 100 W until 1 ms, then 400 W; read the slot current every microsecond.
-        let mut t = 0.0;
-        let steps = move || {
-            let (p, end) = if t < 1e-3 {
-                (100.0, 1e-3)
-            } else {
-                (400.0, t + 1.0)
-            };
-            let s = Segment {
-                start_s: t,
-                end_s: end,
-                power_w: p,
-                util: Util::IDLE,
-            };
-            t = end;
-            s
-        };
-        let rig = rig();
-        let mut fe = FrontEnd::new(&rig, &truth(0.0), steps, rng(1, 0)).unwrap();
-        let tau_in = 5e-6;
-        let tau_s = 1.0 / (std::f64::consts::TAU * 200e3); // the sensor's 200 kHz
-        let (lo, hi) = (100.0 * 0.1 / 12.0 * 0.05, 400.0 * 0.1 / 12.0 * 0.05);
-        let mut worst: f64 = 0.0;
-        for k in 1..=100 {
-            let t = 1e-3 + f64::from(k) * 1e-6;
-            fe.set_time(t);
-            let v = fe.sample()[0];
-            let dt = t - 1e-3;
-            // Two cascaded first-order low-passes.
-            let resp = 1.0
-                - (tau_in * (-dt / tau_in).exp() - tau_s * (-dt / tau_s).exp()) / (tau_in - tau_s);
-            worst = worst.max((v - (lo + (hi - lo) * resp)).abs() / (hi - lo));
+    fn a_rig_claiming_more_than_its_parts_give_is_refused() {
+        edited("bits = 16", "bits = 16").unwrap();
+        let refused = [
+            (
+                "part = \"AD7606\"",
+                "part = \"ADS8688\"",
+                "the twin models the AD7606",
+            ),
+            ("bits = 16", "bits = 12", "has 16 bits, not 12"),
+            ("range_v = 10.0", "range_v = 2.5", "a ±5 V, ±10 V range"),
+            (
+                "filter_hz = 23e3",
+                "filter_hz = 200e3",
+                "23000 Hz wide at most",
+            ),
+            (
+                "conversion_s = 4.15e-6",
+                "conversion_s = 1e-6",
+                "converts in at least 3.45",
+            ),
+            (
+                "max_rate_hz = 200e3",
+                "max_rate_hz = 1e6",
+                "at most 200000 samples/s",
+            ),
+            ("50_000]", "50_000, 500_000]", "at most the ADC's 200000"),
+            (
+                "payload_bytes_per_s = 92_160",
+                "payload_bytes_per_s = 200_000",
+                "at most 92160",
+            ),
+            ("baud = 921_600\n", "", "a UART link needs its baud rate"),
+            (
+                "packet_bytes = 1",
+                "packet_bytes = 64",
+                "1 to 1 on a Uart link",
+            ),
+            (
+                "latency_s = 1e-3",
+                "latency_s = -1.0",
+                "latency_s must be within",
+            ),
+        ];
+        for (from, to, words) in refused {
+            let e = edited(from, to).unwrap_err();
+            assert!(e.contains(words), "{from} -> {to}: {e}");
         }
-        // Each 1 µs step feeds the sensor filter the input current at the step's end: an
-        // error of order dt / tau (1 µs against 5 µs) early on, vanishing later.
-        assert!(worst < 0.12, "{worst}");
-        fe.set_time(1e-3 + 1e-3);
-        assert!((fe.sample()[0] - hi).abs() < 1e-9 * hi);
+        // A USB high-speed link may not claim more than 13 × 512 bytes a microframe.
+        let hs: RigDescription =
+            toml::from_str(include_str!("../../rigs/pcie-2x8pin-hs.toml")).unwrap();
+        let mut fast = hs.clone();
+        fast.link.payload_bytes_per_s = 60e6;
+        assert!(fast
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("53248000"));
+        hs.validate().unwrap();
     }
 }

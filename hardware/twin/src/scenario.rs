@@ -15,8 +15,9 @@ use crate::rig::{RigDescription, RigTruth};
 /// The default scenario (MI300X-like: a 1 ms box logger every 1 ms, a ~200 µs two-phase
 /// kernel), built in so that the twin runs without any file.
 pub const DEFAULT_SCENARIO: &str = include_str!("../../scenarios/default.toml");
-/// The rig the default scenario names.
-pub const DEFAULT_RIG: &str = include_str!("../../rigs/pcie-2x8pin.toml");
+/// The rig the default scenario names: the fast rig (AD7606C-16 on a Teensy 4.1, USB high
+/// speed).
+pub const DEFAULT_RIG: &str = include_str!("../../rigs/pcie-2x8pin-hs.toml");
 
 /// A whole bench.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -83,6 +84,30 @@ pub struct Loaded {
 
 /// Reads and checks the scenario at `path`, and the rig it names.
 pub fn load(path: &Path) -> Result<Loaded, ScenarioError> {
+    load_with(Some(path), None)
+}
+
+/// Reads and checks the scenario at `path` (the built-in default when none) on the rig
+/// file `rig` (the one the scenario names when none).
+pub fn load_with(path: Option<&Path>, rig: Option<&Path>) -> Result<Loaded, ScenarioError> {
+    let read_rig = |rig_path: &Path| {
+        std::fs::read_to_string(rig_path)
+            .map(|t| (rig_path.display().to_string(), t))
+            .map_err(|e| format!("cannot read the rig {}: {e}", rig_path.display()))
+    };
+    let Some(path) = path else {
+        return parse(
+            "<built-in default scenario>",
+            DEFAULT_SCENARIO,
+            |_| match rig {
+                Some(r) => read_rig(r),
+                None => Ok((
+                    "<built-in rig pcie-2x8pin-hs>".into(),
+                    DEFAULT_RIG.to_string(),
+                )),
+            },
+        );
+    };
     let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
         file: path.display().to_string(),
         line: None,
@@ -90,22 +115,17 @@ pub fn load(path: &Path) -> Result<Loaded, ScenarioError> {
         message: format!("cannot read: {e}"),
     })?;
     let base = path.parent().unwrap_or(Path::new("."));
-    parse(&path.display().to_string(), &text, |rig| {
-        let rig_path = base.join(rig);
-        std::fs::read_to_string(&rig_path)
-            .map(|t| (rig_path.display().to_string(), t))
-            .map_err(|e| format!("cannot read the rig {}: {e}", rig_path.display()))
+    parse(&path.display().to_string(), &text, |named| match rig {
+        Some(r) => read_rig(r),
+        None => read_rig(&base.join(named)),
     })
 }
 
 /// The built-in default scenario.
 pub fn default_scenario() -> Loaded {
-    let loaded = parse("<built-in default scenario>", DEFAULT_SCENARIO, |_| {
-        Ok(("<built-in rig pcie-2x8pin>".into(), DEFAULT_RIG.to_string()))
-    });
     // The built-in files are checked by this crate's tests.
     #[allow(clippy::expect_used)]
-    loaded.expect("the built-in scenario is valid")
+    load_with(None, None).expect("the built-in scenario is valid")
 }
 
 /// Parses scenario `text` (named `file` in errors); `read_rig` fetches the rig file it
@@ -115,7 +135,7 @@ pub fn parse(
     text: &str,
     read_rig: impl FnOnce(&Path) -> Result<(String, String), String>,
 ) -> Result<Loaded, ScenarioError> {
-    let scenario: Scenario = from_toml(file, text)?;
+    let mut scenario: Scenario = from_toml(file, text)?;
     let at = |field: &str, message: String| ScenarioError {
         file: file.to_string(),
         line: line_of(text, field),
@@ -240,27 +260,33 @@ pub fn parse(
             "must be 1 to 1000 (the driver polls 2000 times)".into(),
         ));
     }
-    let m = &scenario.mcu;
-    if m.tick_hz == 0
-        || !m.error_ppm.is_finite()
-        || m.error_ppm.abs() > 1e4
-        || !m.drift_ppm_per_s.is_finite()
-    {
+    let board = &rig.board;
+    let m = &mut scenario.mcu;
+    if m.tick_hz == 0 {
+        m.tick_hz = board.tick_hz;
+    } else if m.tick_hz != board.tick_hz {
         return Err(at(
-            "mcu",
-            "tick_hz > 0, |error_ppm| <= 10000, finite drift".into(),
+            "mcu.tick_hz",
+            format!(
+                "the rig's {} counts at {} Hz (leave tick_hz out to take the rig's)",
+                board.mcu, board.tick_hz
+            ),
         ));
     }
-    let rates = &scenario.firmware.sample_rates_hz;
-    if rates.is_empty()
-        || rates.len() > 8
-        || rates
-            .iter()
-            .any(|&r| r == 0 || scenario.mcu.tick_hz / r == 0)
-    {
+    if !m.error_ppm.is_finite() || m.error_ppm.abs() > 1e4 || !m.drift_ppm_per_s.is_finite() {
+        return Err(at("mcu", "|error_ppm| <= 10000, finite drift".into()));
+    }
+    let rates = &mut scenario.firmware.sample_rates_hz;
+    if rates.is_empty() {
+        rates.clone_from(&board.sample_rates_hz);
+    } else if let Some(r) = rates.iter().find(|r| !board.sample_rates_hz.contains(r)) {
+        let offered: Vec<String> = board.sample_rates_hz.iter().map(u32::to_string).collect();
         return Err(at(
             "firmware.sample_rates_hz",
-            "1 to 8 rates, each above 0 and at most tick_hz".into(),
+            format!(
+                "{r} Hz is not a rate the rig's board offers ({} Hz); leave the list out to offer them all",
+                offered.join(", ")
+            ),
         ));
     }
     Ok(Loaded { scenario, rig })
@@ -391,5 +417,38 @@ mod tests {
 
     fn line_no(text: &str, needle: &str) -> usize {
         text[..text.find(needle).unwrap()].matches('\n').count() + 1
+    }
+
+    #[test]
+    fn a_scenario_offers_only_its_rigs_rates_and_clock() {
+        let e = broken(|t| t.replacen("[mcu]\n", "[mcu]\ntick_hz = 84_000_000\n", 1));
+        assert_eq!(e.field, "mcu.tick_hz", "{e}");
+        assert!(e.message.contains("counts at 24000000 Hz"), "{e}");
+        let e = broken(|t| {
+            t.replacen(
+                "[firmware]\n",
+                "[firmware]\nsample_rates_hz = [300_000]\n",
+                1,
+            )
+        });
+        assert_eq!(e.field, "firmware.sample_rates_hz", "{e}");
+        assert!(e.message.starts_with("300000 Hz is not a rate"), "{e}");
+        // Left out, both come from the rig; a subset of the rig's rates is kept.
+        let d = default_scenario();
+        assert_eq!(d.scenario.mcu.tick_hz, d.rig.board.tick_hz);
+        assert_eq!(
+            d.scenario.firmware.sample_rates_hz,
+            d.rig.board.sample_rates_hz
+        );
+        let text = DEFAULT_SCENARIO.replacen(
+            "[firmware]\n",
+            "[firmware]\nsample_rates_hz = [10_000]\n",
+            1,
+        );
+        let l = parse("s.toml", &text, |_| {
+            Ok(("rig.toml".into(), DEFAULT_RIG.into()))
+        })
+        .unwrap();
+        assert_eq!(l.scenario.firmware.sample_rates_hz, vec![10_000]);
     }
 }

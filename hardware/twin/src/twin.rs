@@ -104,6 +104,7 @@ impl Twin {
             firmware: s.firmware.clone(),
             trigger: s.trigger,
             faults: s.faults,
+            link: loaded.rig.link.clone(),
             seed: s.seed,
         };
         let mcu = Mcu::start(config, t0, move || {

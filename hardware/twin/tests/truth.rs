@@ -139,7 +139,8 @@ fn the_twin_writes_a_consistent_truth() {
         .sum();
     assert_eq!(stamped, times.len());
 
-    // The rails at every conversion: 10 kS/s, one period of 8400 ticks apart; together
+    // The rails at every conversion: 10 kS/s, one period (2 400 ticks of the fast rig's
+    // 24 MHz clock) apart; together
     // they carry the GPU's power (the board's 5 µs input filter aside).
     let r = read(&dir.join("rails.arrow"));
     let ts = column(&r, "t_s");
@@ -154,7 +155,9 @@ fn the_twin_writes_a_consistent_truth() {
         })
         .collect();
     assert!(ts.len() > 5000, "{} conversions", ts.len());
-    assert!(ticks.windows(2).all(|w| w[1] - w[0] == 8400));
+    let period = u64::from(loaded.rig.board.tick_hz / 10_000);
+    assert_eq!(period, 2_400);
+    assert!(ticks.windows(2).all(|w| w[1] - w[0] == period));
     let rails: Vec<Vec<f64>> = loaded
         .rig
         .rails
@@ -195,7 +198,7 @@ fn the_twin_writes_a_consistent_truth() {
         .unwrap()
         .parse()
         .unwrap();
-    assert_eq!(clocks["mcu"]["tick_hz"].as_integer(), Some(84_000_000));
+    assert_eq!(clocks["mcu"]["tick_hz"].as_integer(), Some(24_000_000));
     assert_eq!(clocks["mcu"]["error_ppm"].as_float(), Some(30.0));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -77,6 +77,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         output: args.output,
         rig,
         rate_hz: args.rate,
+        rate_at_least_hz: None,
         channels: args.channels,
         averaging: args.averaging,
         duration: args.duration.map(Duration::from_secs_f64),

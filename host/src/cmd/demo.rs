@@ -30,6 +30,10 @@ pub struct Args {
     /// 200 µs two-phase kernel) when not given.
     #[arg(long)]
     scenario: Option<PathBuf>,
+    /// The rig description (hardware/rigs/*.toml) the twin is built on, instead of the
+    /// one the scenario names: its ADC's filter, its board's rates and its link.
+    #[arg(long)]
+    rig: Option<PathBuf>,
     /// The kernel to profile.
     #[arg(long, default_value = "gemm")]
     kernel: String,
@@ -40,10 +44,13 @@ pub struct Args {
     /// plus the logger's window, so that no reading sees two executions).
     #[arg(long, num_args = 2, value_names = ["MIN", "MAX"], default_values_t = [1.5, 3.0])]
     delay_ms: Vec<f64>,
-    /// Width of the profiles' bins, µs.
-    #[arg(long, default_value_t = 10.0)]
-    bin_us: f64,
-    /// The rig's sample rate, Hz; the device's highest when not given.
+    /// Width of the profiles' bins, µs; 10 µs, or the finest the rig resolves when that
+    /// is coarser (its analog chain's 10-90 % rise, or the width that gathers 30 samples a
+    /// bin over the runs).
+    #[arg(long)]
+    bin_us: Option<f64>,
+    /// The rig's sample rate, Hz; when not given, the lowest that puts a sample in every
+    /// bin, within what the rig's link carries with every channel.
     #[arg(long)]
     rate: Option<u32>,
     /// The logger's update period if known, ms (identified from its readings otherwise).
@@ -56,7 +63,7 @@ pub struct Args {
     #[arg(long, default_value_t = 20.0)]
     step_tolerance_us: f64,
     /// The check on the corrected profile's RMS error, as a fraction of the raw stitched
-    /// profile's (the third for the default scenario; a logger whose window is
+    /// profile's (a third, for a logger of about the kernel's length; a logger whose window is
     /// much longer than the kernel leaves the corrected tail after the kernel
     /// noise-limited, and 1 asks only that correction not be worse than none).
     #[arg(long, default_value_t = 1.0 / 3.0)]
@@ -69,7 +76,47 @@ pub struct Args {
     json: bool,
 }
 
-/// One of the checks, with what was measured.
+/// The finest bin a stitched profile from a rig resolves: its slowest channel's 10-90 %
+/// rise (sensor and ADC input filter), or the width that gathers [`Resolution::SAMPLES`]
+/// samples a bin over the runs if wider (the runs' random delays spread the conversions
+/// over the kernel, so the sample period itself is no limit), rounded up to whole µs.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+struct Resolution {
+    rise_s: f64,
+    samples_per_us: f64,
+    finest_s: f64,
+}
+
+impl Resolution {
+    /// Samples a bin needs for its mean (the noise falls as 1/√n).
+    const SAMPLES: f64 = 30.0;
+
+    fn of(rig: &railtrace_twin::rig::RigDescription, rate_hz: u32, runs: usize) -> Resolution {
+        let rise_s = rig
+            .channels
+            .iter()
+            .map(|c| rig.rise_time_s(c.index))
+            .fold(0.0, f64::max);
+        let per_s = f64::from(rate_hz) * runs as f64;
+        let finest_s = (rise_s.max(Self::SAMPLES / per_s) * 1e6 - 1e-9).ceil() * 1e-6;
+        Resolution {
+            rise_s,
+            samples_per_us: per_s * 1e-6,
+            finest_s,
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "finest bin it resolves {:.0} µs (10-90 % rise {:.2} µs; {:.1} samples a µs over the runs)",
+            self.finest_s * 1e6,
+            self.rise_s * 1e6,
+            self.samples_per_us
+        )
+    }
+}
+
+/// One of the demo's checks, with what was measured.
 #[derive(Debug, serde::Serialize)]
 struct Check {
     what: String,
@@ -86,20 +133,53 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "--delay-ms {lo} {hi}: need 0 <= MIN <= MAX"
     );
     anyhow::ensure!(
-        args.bin_us > 0.0 && args.runs > 0,
+        args.bin_us.is_none_or(|b| b > 0.0) && args.runs > 0,
         "--bin-us and --runs must be > 0"
     );
     let out = &args.out;
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
-    let loaded = match &args.scenario {
-        Some(p) => railtrace_twin::load_scenario(p)?,
-        None => railtrace_twin::default_scenario(),
-    };
-    eprintln!(
-        "railtrace demo: {} -> {}",
-        loaded.scenario.description,
-        out.display()
+    let loaded =
+        railtrace_twin::scenario::load_with(args.scenario.as_deref(), args.rig.as_deref())?;
+    let rig = &loaded.rig;
+    let channels = rig.channels.len();
+    let carried = rig.carried_rate_hz(channels).with_context(|| {
+        format!(
+            "the rig {}'s link carries none of its rates with {channels} channels",
+            rig.name
+        )
+    })?;
+    // Bins of 10 µs, or the finest the rig resolves at the top rate its link carries;
+    // then the lowest rate that puts a sample in every bin.
+    let bin_s = args.bin_us.map_or(
+        Resolution::of(rig, carried, args.runs).finest_s.max(10e-6),
+        |b| b * 1e-6,
     );
+    let rate = args.rate.unwrap_or_else(|| {
+        rig.board
+            .sample_rates_hz
+            .iter()
+            .copied()
+            .filter(|&r| r <= carried && f64::from(r) * bin_s >= 1.0 - 1e-9)
+            .min()
+            .unwrap_or(carried)
+    });
+    let resolution = Resolution::of(rig, rate, args.runs);
+    eprintln!(
+        "railtrace demo: {} -> {}\n  rig {}: {}\n  {rate} samples/s; {}; bins of {:.1} µs",
+        loaded.scenario.description,
+        out.display(),
+        rig.name,
+        railtrace_twin::rig::summary(rig),
+        resolution.describe(),
+        bin_s * 1e6
+    );
+    if bin_s < resolution.finest_s * (1.0 - 1e-9) {
+        eprintln!(
+            "railtrace demo: warning: {:.1} µs bins are finer than this rig resolves ({:.1} µs)",
+            bin_s * 1e6,
+            resolution.finest_s * 1e6
+        );
+    }
 
     // 1. The profiling run, the twin writing its truth beside it.
     let truth_dir = out.join("truth");
@@ -125,8 +205,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let result = profile::profile(
         &profile::Run {
             output: profile_path.clone(),
-            rate_hz: args.rate,
+            rate_hz: Some(rate),
+            bin_s,
             scenario: args.scenario.clone(),
+            rig: args.rig.clone(),
             target_error: None,
         },
         &plan,
@@ -147,13 +229,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
     // 3. The stitched logger profile corrected.
     let t = Instant::now();
-    let rig = rig_path(&profile_path);
+    let rig_recording = rig_path(&profile_path);
     let c = correct::correct(
         &profile_path,
-        &rig,
+        &rig_recording,
         &cal.model,
         &logger_path,
-        args.bin_us * 1e-6,
+        bin_s,
     )?;
     let correct_s = t.elapsed().as_secs_f64();
     let (a, d) = (&c.analysis, &c.d);
@@ -344,6 +426,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let corrected_path = out.join("corrected.arrow");
     let figures = serde_json::json!({
         "scenario": loaded.scenario.description,
+        "rig": {"name": rig.name, "summary": railtrace_twin::rig::summary(rig)},
+        "rate_hz": rate,
+        "resolution": resolution,
         "runs": args.runs,
         "executions_kept": a.executions.iter().filter(|e| e.kept).count(),
         "bin_s": dt,
@@ -426,8 +511,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     )?;
     let mut exported = Vec::new();
     for (path, format, name) in [
-        (&rig, Format::Parquet, "profile.rig.parquet"),
-        (&rig, Format::Perfetto, "profile.rig.json"),
+        (&rig_recording, Format::Parquet, "profile.rig.parquet"),
+        (&rig_recording, Format::Perfetto, "profile.rig.json"),
         (&profile_path, Format::Parquet, "profile.parquet"),
     ] {
         let target = out.join(name);

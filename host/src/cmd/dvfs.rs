@@ -107,7 +107,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 Some(p) => railtrace_twin::load_scenario(p)?,
                 None => railtrace_twin::scenario::parse("dvfs.toml", DVFS_SCENARIO, |_| {
                     Ok((
-                        "pcie-2x8pin.toml".into(),
+                        "pcie-2x8pin-hs.toml".into(),
                         railtrace_twin::scenario::DEFAULT_RIG.into(),
                     ))
                 })
@@ -133,7 +133,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 plan.levels.join(", ")
             );
             let rig_out = rig_path(&output);
-            let result = with_rig(twin.path(), &rig_out, rate, || {
+            let result = with_rig(twin.path(), &rig_out, (rate, None), || {
                 let bar = indicatif::ProgressBar::new(switches as u64);
                 let n = acquire(
                     &mut runner,

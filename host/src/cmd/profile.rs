@@ -71,6 +71,10 @@ pub struct Args {
     /// given.
     #[arg(long)]
     scenario: Option<PathBuf>,
+    /// The twin's rig description (hardware/rigs/*.toml) instead of the one its scenario
+    /// names.
+    #[arg(long)]
+    rig: Option<PathBuf>,
     /// The rig's trigger input the runner's trigger output is wired to.
     #[arg(long, default_value_t = 0)]
     trigger_line: u8,
@@ -80,7 +84,8 @@ pub struct Args {
     /// Seed of the runner's random delays.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// The rig's sample rate, Hz; the device's highest when not given.
+    /// The rig's sample rate, Hz; when not given, the lowest the device offers that puts a
+    /// sample in every --bin-us bin (100 kS/s for 10 µs), or its highest if none does.
     #[arg(long)]
     rate: Option<u32>,
     /// The DVFS level to run the kernel at (the twin's scenario names them, e.g. `high`,
@@ -141,10 +146,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     match args.gpu.as_str() {
         "twin" => {
-            let loaded = match &args.scenario {
-                Some(p) => railtrace_twin::load_scenario(p)?,
-                None => railtrace_twin::default_scenario(),
-            };
+            let loaded =
+                railtrace_twin::scenario::load_with(args.scenario.as_deref(), args.rig.as_deref())?;
             let twin = railtrace_twin::Twin::start(&loaded).context("the twin did not start")?;
             let gpu = TwinGpu::new(&twin);
             let result = profile(
@@ -233,7 +236,7 @@ fn open_trigger(args: &Args) -> anyhow::Result<Box<dyn TriggerOut>> {
 pub fn with_rig<T>(
     port: &std::path::Path,
     rig_out: &std::path::Path,
-    rate_hz: Option<u32>,
+    (rate_hz, rate_at_least_hz): (Option<u32>, Option<u32>),
     run: impl FnOnce() -> anyhow::Result<T>,
 ) -> anyhow::Result<(T, railtrace::capture::Summary)> {
     let config = Config {
@@ -241,6 +244,7 @@ pub fn with_rig<T>(
         output: rig_out.to_path_buf(),
         rig: None,
         rate_hz,
+        rate_at_least_hz,
         channels: None,
         averaging: 1,
         duration: None,
@@ -278,10 +282,15 @@ pub fn with_rig<T>(
 pub struct Run {
     /// The profile recording (the rig's capture beside it).
     pub output: PathBuf,
-    /// The rig's sample rate, Hz (the device's highest when not given).
+    /// The rig's sample rate, Hz (when not given, the lowest the device offers that puts a
+    /// sample in every bin, or its highest).
     pub rate_hz: Option<u32>,
+    /// The profile's bin, s.
+    pub bin_s: f64,
     /// The twin's scenario file, if one was given.
     pub scenario: Option<PathBuf>,
+    /// The twin's rig file, if one was given.
+    pub rig: Option<PathBuf>,
     /// The keep-running target, for the summary line.
     pub target_error: Option<(f64, f64)>,
 }
@@ -290,7 +299,9 @@ fn run_of(args: &Args) -> Run {
     Run {
         output: args.output.clone(),
         rate_hz: args.rate,
+        bin_s: args.bin_us * 1e-6,
         scenario: args.scenario.clone(),
+        rig: args.rig.clone(),
         target_error: args.target_error.map(|e| (e, args.confidence)),
     }
 }
@@ -313,7 +324,8 @@ pub fn profile(
         );
         railtrace::profile::preheat(runner, logger, &plan.launch, plan.preheat_s)?;
     }
-    let (acquired, rig_summary) = with_rig(port, &rig_out, args.rate_hz, || {
+    let least = (args.bin_s > 0.0).then(|| (1.0 / args.bin_s).ceil() as u32);
+    let (acquired, rig_summary) = with_rig(port, &rig_out, (args.rate_hz, least), || {
         let bar = indicatif::ProgressBar::new(plan.runs as u64);
         let acquired = acquire(
             runner,
@@ -323,6 +335,7 @@ pub fn profile(
             &args.output,
             serde_json::json!({
                 "scenario": args.scenario.as_ref().map(|p| p.display().to_string()),
+                "rig": args.rig.as_ref().map(|p| p.display().to_string()),
                 "rig_recording": rig_out.display().to_string(),
                 "rig_port": port.display().to_string(),
             }),

@@ -25,6 +25,10 @@ enum TwinCommand {
         /// when not given.
         #[arg(long)]
         scenario: Option<PathBuf>,
+        /// Rig description file (hardware/rigs/*.toml) instead of the one the scenario
+        /// names: the twin's ADC, sample rates and host link are that rig's.
+        #[arg(long)]
+        rig: Option<PathBuf>,
         /// Stop after this many seconds.
         #[arg(long)]
         seconds: Option<f64>,
@@ -41,21 +45,20 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     match args.command {
         TwinCommand::Serve {
             scenario,
+            rig,
             seconds,
             truth,
-        } => serve(scenario, seconds, truth),
+        } => serve(scenario, rig, seconds, truth),
     }
 }
 
 fn serve(
     scenario: Option<PathBuf>,
+    rig: Option<PathBuf>,
     seconds: Option<f64>,
     truth: Option<PathBuf>,
 ) -> anyhow::Result<()> {
-    let loaded = match &scenario {
-        Some(path) => railtrace_twin::load_scenario(path)?,
-        None => railtrace_twin::default_scenario(),
-    };
+    let loaded = railtrace_twin::scenario::load_with(scenario.as_deref(), rig.as_deref())?;
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed))
@@ -69,9 +72,11 @@ fn serve(
             p.display().to_string()
         });
     eprintln!(
-        "railtrace twin: serving {} ({}) on {} -> {}; Ctrl-C stops",
+        "railtrace twin: serving {} ({}) on rig {} ({}) on {} -> {}; Ctrl-C stops",
         name,
         loaded.scenario.description,
+        loaded.rig.name,
+        railtrace_twin::rig::summary(&loaded.rig),
         twin.path().display(),
         std::fs::read_link(twin.path())
             .map(|p| p.display().to_string())
