@@ -95,18 +95,27 @@ pub fn load_with(path: Option<&Path>, rig: Option<&Path>) -> Result<Loaded, Scen
             .map(|t| (rig_path.display().to_string(), t))
             .map_err(|e| format!("cannot read the rig {}: {e}", rig_path.display()))
     };
+    // A rig given apart from the scenario is read first, so that its errors name it alone.
+    let chosen = rig
+        .map(|r| {
+            std::fs::read_to_string(r)
+                .map(|t| (r.display().to_string(), t))
+                .map_err(|e| ScenarioError {
+                    file: r.display().to_string(),
+                    line: None,
+                    field: String::new(),
+                    message: format!("cannot read the rig: {e}"),
+                })
+        })
+        .transpose()?;
     let Some(path) = path else {
-        return parse(
-            "<built-in default scenario>",
-            DEFAULT_SCENARIO,
-            |_| match rig {
-                Some(r) => read_rig(r),
-                None => Ok((
-                    "<built-in rig pcie-2x8pin-hs>".into(),
-                    DEFAULT_RIG.to_string(),
-                )),
-            },
-        );
+        let rig = chosen.unwrap_or_else(|| {
+            (
+                "<built-in rig pcie-2x8pin-hs>".into(),
+                DEFAULT_RIG.to_string(),
+            )
+        });
+        return parse("<built-in default scenario>", DEFAULT_SCENARIO, |_| Ok(rig));
     };
     let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
         file: path.display().to_string(),
@@ -115,8 +124,8 @@ pub fn load_with(path: Option<&Path>, rig: Option<&Path>) -> Result<Loaded, Scen
         message: format!("cannot read: {e}"),
     })?;
     let base = path.parent().unwrap_or(Path::new("."));
-    parse(&path.display().to_string(), &text, |named| match rig {
-        Some(r) => read_rig(r),
+    parse(&path.display().to_string(), &text, |named| match chosen {
+        Some(c) => Ok(c),
         None => read_rig(&base.join(named)),
     })
 }
