@@ -301,7 +301,9 @@ fn start_capture(port: &Path, out: &Path) -> std::process::Child {
         .arg("capture")
         .arg("--port")
         .arg(port)
-        .args(["--rate", "100000"])
+        // Well within what even a debug build records: what is checked is the flush
+        // cadence, not the recorder's speed.
+        .args(["--rate", "20000"])
         .arg("--json")
         .arg("-o")
         .arg(out)
@@ -374,7 +376,7 @@ fn a_killed_capture_leaves_a_file_pyarrow_opens_with_all_but_the_last_second() {
         (0.0..=1.0).contains(&lag_s),
         "the file ends {lag_s} s before the kill"
     );
-    assert!(s.samples > 100_000 && s.unexplained == 0, "{s:?}");
+    assert!(s.samples > 20_000 && s.unexplained == 0, "{s:?}");
     if let Some(n) = pyarrow_samples(&out) {
         assert_eq!(n, s.samples, "pyarrow reads every row railtrace reads");
     }
