@@ -59,6 +59,33 @@ fn f64s<'a>(b: &'a RecordBatch, name: &str, path: &Path) -> anyhow::Result<&'a F
 
 impl Truth {
     /// Reads `gpu_power.arrow` and `executions.arrow` from the twin's truth directory.
+    /// The truth's executions that are a profiling run's `aligned` ones: its last ones (the
+    /// scenario's own workload ran before), checked to have the same durations (within
+    /// 5 µs).
+    pub fn executions_of(
+        &self,
+        aligned: &[crate::analysis::Aligned],
+    ) -> anyhow::Result<&[TrueExecution]> {
+        let n = aligned.len();
+        anyhow::ensure!(
+            self.executions.len() >= n,
+            "the twin's truth has {} executions, the profile {n}",
+            self.executions.len()
+        );
+        let mine = &self.executions[self.executions.len() - n..];
+        let worst = aligned
+            .iter()
+            .zip(mine)
+            .map(|(x, e)| (x.duration_s - (e.end_s - e.start_s)).abs())
+            .fold(0.0, f64::max);
+        anyhow::ensure!(
+            worst < 5e-6,
+            "the profile's executions are not the truth's (durations differ by up to {:.1} µs)",
+            worst * 1e6
+        );
+        Ok(mine)
+    }
+
     pub fn read(dir: &Path) -> anyhow::Result<Truth> {
         let path = dir.join("gpu_power.arrow");
         let mut segments = Vec::new();
@@ -152,6 +179,22 @@ pub struct Stitched<'a> {
 
 impl<'a> Stitched<'a> {
     /// The truth over `execs` (at least one, all with the same number of phases).
+    /// The truth stitched on the executions the analysis kept, `mine` being the truth's
+    /// executions of the same run (from [`Truth::executions_of`]).
+    pub fn of_kept(
+        truth: &'a Truth,
+        aligned: &[crate::analysis::Aligned],
+        mine: &'a [TrueExecution],
+    ) -> anyhow::Result<Stitched<'a>> {
+        let kept = aligned
+            .iter()
+            .zip(mine)
+            .filter(|(x, _)| x.kept)
+            .map(|(_, e)| e)
+            .collect();
+        Stitched::new(truth, kept)
+    }
+
     pub fn new(truth: &'a Truth, execs: Vec<&'a TrueExecution>) -> anyhow::Result<Stitched<'a>> {
         let first = execs
             .first()

@@ -399,16 +399,8 @@ fn correct_undoes_the_twins_box_logger_and_keeps_the_energy() {
     // the ADC's filter carry past each end, several µs of the kernel's excess power, is
     // missing from it.)
     let truth = railtrace::demo::Truth::read(&dir.join("truth")).unwrap();
-    let n = a.executions.len();
-    let mine = &truth.executions[truth.executions.len() - n..];
-    let kept = a
-        .executions
-        .iter()
-        .zip(mine)
-        .filter(|(x, _)| x.kept)
-        .map(|(_, e)| e)
-        .collect();
-    let true_j = railtrace::demo::Stitched::new(&truth, kept)
+    let mine = truth.executions_of(&a.executions).unwrap();
+    let true_j = railtrace::demo::Stitched::of_kept(&truth, &a.executions, mine)
         .unwrap()
         .energy_j;
     eprintln!("the truth's {:.3} mJ", true_j * 1e3);

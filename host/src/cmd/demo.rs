@@ -243,32 +243,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // 4. The truth: the host's executions are the twin's last ones (its scenario's own
     //    workload ran before).
     let truth = Truth::read(&truth_dir)?;
-    let n = a.executions.len();
-    anyhow::ensure!(
-        truth.executions.len() >= n,
-        "the twin's truth has {} executions, the profile {n}",
-        truth.executions.len()
-    );
-    let mine = &truth.executions[truth.executions.len() - n..];
-    let worst = a
-        .executions
-        .iter()
-        .zip(mine)
-        .map(|(x, e)| (x.duration_s - (e.end_s - e.start_s)).abs())
-        .fold(0.0, f64::max);
-    anyhow::ensure!(
-        worst < 5e-6,
-        "the profile's executions are not the truth's (durations differ by up to {:.1} µs)",
-        worst * 1e6
-    );
-    let kept = a
-        .executions
-        .iter()
-        .zip(mine)
-        .filter(|(x, _)| x.kept)
-        .map(|(_, e)| e)
-        .collect();
-    let st = Stitched::new(&truth, kept)?;
+    let mine = truth.executions_of(&a.executions)?;
+    let st = Stitched::of_kept(&truth, &a.executions, mine)?;
     let duration = *st.bounds_s.last().unwrap_or(&0.0);
 
     // 5. The profiles, on their cells.
