@@ -114,6 +114,7 @@ fn main() {
         averaging: 1,
         duration: None,
         reconnect_wait: std::time::Duration::ZERO,
+        replace: true,
     };
     let t = Instant::now();
     let (progress, rows) = replay(&wire, &config).unwrap();

@@ -21,7 +21,7 @@ use railtrace_twin::rig::{Measures, RigDescription};
 use ringbuf::traits::{Consumer, Producer, Split};
 use ringbuf::HeapRb;
 
-use crate::recording::{Event, Kind, Meta, RecordingError, Writer, FORMAT_VERSION};
+use crate::recording::{Claim, Event, Kind, Meta, RecordingError, Writer, FORMAT_VERSION};
 use crate::transport::{Info, Rig, TransportError};
 
 /// Records in flight between reader and writer: at 8 channels and 100 kS/s the device
@@ -86,6 +86,8 @@ pub struct Config {
     pub duration: Option<Duration>,
     /// When the device goes away, wait this long for it to come back before giving up.
     pub reconnect_wait: Duration,
+    /// Replace `output` if it exists (else an existing output is refused).
+    pub replace: bool,
 }
 
 /// Counters shared by reader, writer and whoever shows progress.
@@ -111,6 +113,8 @@ pub struct Counters {
     pub connected: AtomicBool,
     /// The writer stopped (an error writing the file).
     pub writer_stopped: AtomicBool,
+    /// The capture ended while the device was away or silent: the recording ends in a gap.
+    pub ended_away: AtomicBool,
 }
 
 /// A snapshot of [`Counters`].
@@ -136,6 +140,9 @@ pub struct Progress {
     pub bytes_written: u64,
     /// Connected now.
     pub connected: bool,
+    /// The capture ended while the device was away or silent: the recording ends in a
+    /// gap row of unknown count.
+    pub ended_away: bool,
 }
 
 impl Counters {
@@ -153,6 +160,7 @@ impl Counters {
             reconnects: g(&self.reconnects),
             bytes_written: g(&self.bytes_written),
             connected: self.connected.load(Ordering::Relaxed),
+            ended_away: self.ended_away.load(Ordering::Relaxed),
         }
     }
 }
@@ -260,8 +268,16 @@ pub fn capture(
                 error: e.to_string(),
             })
         })?;
-    // The first connection happens before the file exists: a wrong port leaves no file.
-    let (rig, segment) = rt.block_on(connect(config, false, None))?;
+    // The output is taken before the device starts, so that an existing, locked or
+    // unwritable output is refused first; a wrong port then leaves no file behind.
+    let claim = Claim::new(&config.output, config.replace)?;
+    let (rig, segment) = match rt.block_on(connect(config, false, None)) {
+        Ok(c) => c,
+        Err(e) => {
+            claim.abandon();
+            return Err(e);
+        }
+    };
     let (mut tx, rx) = HeapRb::<Record>::new(RING_RECORDS).split();
     if let Some(segment) = segment {
         let _ = tx.try_push(segment);
@@ -273,7 +289,7 @@ pub fn capture(
         std::thread::Builder::new()
             .name("railtrace-writer".into())
             .spawn(move || {
-                let r = write_loop(&config, rx, &counters);
+                let r = write_loop(&config, claim, rx, &counters);
                 counters.writer_stopped.store(true, Ordering::Relaxed);
                 r
             })
@@ -878,7 +894,11 @@ fn status_json(s: &Status) -> String {
 pub fn replay(stream: &[u8], config: &Config) -> Result<(Progress, u64), CaptureError> {
     let started = Instant::now();
     let counters = Counters::default();
-    let mut w = Writing::new(config, &counters);
+    let mut w = Writing::new(
+        config,
+        &counters,
+        Claim::new(&config.output, config.replace)?,
+    );
     let mut decoder: railtrace_protocol::Decoder = railtrace_protocol::Decoder::new();
     let mut seq = railtrace_protocol::SeqTracker::new();
     let mut input = stream;
@@ -909,6 +929,7 @@ pub fn replay(stream: &[u8], config: &Config) -> Result<(Progress, u64), Capture
         };
         w.record(record)?;
     }
+    w.close_tail(false);
     counters.frames_lost.store(seq.lost, Ordering::Relaxed);
     counters
         .bytes_rejected
@@ -929,10 +950,11 @@ fn mark_gap(file: &mut Writer, counters: &Counters, gap: Event) {
 /// The writer thread: records to rows until [`Record::End`].
 fn write_loop(
     config: &Config,
+    claim: Claim,
     mut rx: ringbuf::HeapCons<Record>,
     counters: &Counters,
 ) -> Result<u64, RecordingError> {
-    let mut w = Writing::new(config, counters);
+    let mut w = Writing::new(config, counters, claim);
     loop {
         let Some(r) = rx.try_pop() else {
             if let Some(f) = &mut w.file {
@@ -944,10 +966,14 @@ fn write_loop(
             std::thread::park_timeout(Duration::from_millis(20));
             continue;
         };
-        if let Record::End = r {
+        let end = matches!(r, Record::End);
+        w.record(r)?;
+        if end {
             break;
         }
-        w.record(r)?;
+    }
+    if let Some(claim) = w.claim {
+        claim.abandon();
     }
     match w.file {
         Some(f) => {
@@ -961,6 +987,8 @@ fn write_loop(
 struct Writing<'a> {
     config: &'a Config,
     counters: &'a Counters,
+    /// The output, until the first segment starts writing it.
+    claim: Option<Claim>,
     file: Option<Writer>,
     rails: Vec<Rail>,
     code_channels: Vec<u8>,
@@ -978,13 +1006,16 @@ struct Writing<'a> {
     host_drops: u64,
     period_s: f64,
     samples: u64,
+    /// The device's count in its latest report of being idle, in this segment.
+    stopped_at: Option<u64>,
 }
 
 impl<'a> Writing<'a> {
-    fn new(config: &'a Config, counters: &'a Counters) -> Writing<'a> {
+    fn new(config: &'a Config, counters: &'a Counters, claim: Claim) -> Writing<'a> {
         Writing {
             config,
             counters,
+            claim: Some(claim),
             file: None,
             rails: Vec::new(),
             code_channels: Vec::new(),
@@ -998,6 +1029,7 @@ impl<'a> Writing<'a> {
             host_drops: 0,
             period_s: 0.0,
             samples: 0,
+            stopped_at: None,
         }
     }
 
@@ -1147,25 +1179,11 @@ impl<'a> Writing<'a> {
                 let (Some(seg), Some(file)) = (&self.seg, &mut self.file) else {
                     return Ok(());
                 };
-                // Stopped: samples the device took after its last block and dropped are
-                // a gap at the end.
-                let next = seg.next_index.unwrap_or(0);
-                if s.state == railtrace_protocol::RunState::Idle && s.samples_acquired > next {
-                    let missing = s.samples_acquired - next;
-                    let start = self
-                        .last_sample_s
-                        .map_or(seg.anchor_s, |t| t + self.period_s);
-                    mark_gap(
-                        file,
-                        self.counters,
-                        Event::Gap {
-                        time_s: start,
-                        index: Some(next),
-                        samples: Some(missing),
-                        duration_s: missing as f64 * self.period_s,
-                        cause: "device: samples taken after the last block received, dropped on the device or lost on the link (see its status)".into(),
-                    },
-                    );
+                // Stopped: what the device took after its last block is a gap at the end,
+                // marked once the run's last frame is in (a status queued before the
+                // last blocks may already report the device idle).
+                if s.state == railtrace_protocol::RunState::Idle {
+                    self.stopped_at = Some(s.samples_acquired);
                 }
                 file.event(&Event::Text {
                     kind: Kind::Status,
@@ -1197,7 +1215,7 @@ impl<'a> Writing<'a> {
                 self.resumed = false;
             }
             Record::Resumed => self.resumed = true,
-            Record::End => {}
+            Record::End => self.close_tail(true),
         }
         if let Some(f) = &mut self.file {
             f.maybe_flush()?;
@@ -1206,6 +1224,61 @@ impl<'a> Writing<'a> {
                 .store(f.bytes_written(), Ordering::Relaxed);
         }
         Ok(())
+    }
+
+    /// Marks the samples the device took after its last block received, dropped on the
+    /// device or lost on the link, as a gap at the end of the segment. At the capture's
+    /// `end` with no report of the device stopping (it went away and did not come back, or
+    /// fell silent, or did not answer Stop), everything from the last sample to now is a
+    /// gap of unknown count.
+    fn close_tail(&mut self, end: bool) {
+        let (Some(seg), Some(file)) = (&mut self.seg, &mut self.file) else {
+            return;
+        };
+        let Some(acquired) = self.stopped_at.take() else {
+            let (Some(next), Some(last)) = (seg.next_index, self.last_sample_s) else {
+                return;
+            };
+            let start = last + self.period_s;
+            let now = (now_ns() - self.epoch_ns) as f64 * 1e-9;
+            if !end || now <= start {
+                return;
+            }
+            let cause = match self.lost.take() {
+                Some(c) => format!("{c}; the capture ended before the device came back"),
+                None => "device: nothing after this, and no report of it stopping (it did not answer Stop)".into(),
+            };
+            mark_gap(
+                file,
+                self.counters,
+                Event::Gap {
+                    time_s: start,
+                    index: Some(next),
+                    samples: None,
+                    duration_s: now - start,
+                    cause,
+                },
+            );
+            self.counters.ended_away.store(true, Ordering::Relaxed);
+            return;
+        };
+        let next = seg.next_index.unwrap_or(0);
+        if acquired <= next {
+            return;
+        }
+        let missing = acquired - next;
+        seg.next_index = Some(acquired);
+        mark_gap(
+            file,
+            self.counters,
+            Event::Gap {
+                time_s: self.last_sample_s.map_or(seg.anchor_s, |t| t + self.period_s),
+                index: Some(next),
+                samples: Some(missing),
+                duration_s: missing as f64 * self.period_s,
+                cause: "device: samples taken after the last block received, dropped on the device or lost on the link (see its status)".into(),
+            },
+        );
     }
 
     fn host_s(&self, ns: i64) -> f64 {
@@ -1233,6 +1306,7 @@ impl<'a> Writing<'a> {
         averaging: u16,
         anchor: Sync,
     ) -> Result<(), RecordingError> {
+        self.close_tail(false);
         let host_mid = mid(anchor.host_send_ns, anchor.host_recv_ns);
         self.reconnect_gap = self.lost.take();
         self.resumed = false;
@@ -1255,7 +1329,11 @@ impl<'a> Writing<'a> {
                     "averaging": averaging,
                 })),
             };
-            self.file = Some(Writer::create(&self.config.output, &meta)?);
+            let claim = match self.claim.take() {
+                Some(c) => c,
+                None => Claim::new(&self.config.output, true)?,
+            };
+            self.file = Some(Writer::start(claim, &meta)?);
         }
         let mut cal = [(1.0, 0.0); 8];
         for c in &info.channels {

@@ -39,7 +39,8 @@ pub struct Plan {
 }
 
 /// Makes `plan`'s requests on `runner`, writing them and the trigger edges into a
-/// recording at `output`; `progress` is called with the requests made so far.
+/// recording at `output`; `progress` is called with the requests made so far. Returns the
+/// requests made: fewer than planned when an end was asked for ([`crate::stop`]).
 pub fn acquire(
     runner: &mut dyn GpuRunner,
     trigger: &mut dyn TriggerOut,
@@ -77,7 +78,11 @@ pub fn acquire(
     let mid = |a: i64, b: i64| a + (b - a) / 2;
     let mut rng = plan.seed | 1;
     let other = |e: crate::trigger::TriggerError| crate::gpu::GpuError::Other(e.to_string());
+    let mut made = 0;
     for i in 0..plan.switches {
+        if crate::stop::requested() {
+            break;
+        }
         let u = crate::gpu::uniform(&mut rng);
         let (lo, hi) = plan.wait_s;
         std::thread::sleep(std::time::Duration::from_secs_f64(lo + (hi - lo) * u));
@@ -95,12 +100,13 @@ pub fn acquire(
             host_after_ns: r.host_after_ns,
         });
         w.maybe_flush()?;
-        progress(i + 1);
+        made = i + 1;
+        progress(made);
     }
     // The last switch takes effect after its latency: let the rig see it.
     std::thread::sleep(std::time::Duration::from_secs_f64(plan.wait_s.1.max(0.05)));
     w.finish()?;
-    Ok(plan.switches)
+    Ok(made)
 }
 
 /// How to find the steps.

@@ -14,5 +14,6 @@ pub mod plot;
 pub mod profile;
 pub mod recording;
 pub mod report_plot;
+pub mod stop;
 pub mod transport;
 pub mod trigger;

@@ -78,6 +78,8 @@ pub struct Acquired {
     pub planned_runs: Option<u64>,
     /// The target error was reached.
     pub reached: bool,
+    /// Ended early on Ctrl-C, SIGTERM or SIGHUP (see [`crate::stop`]).
+    pub interrupted: bool,
 }
 
 /// A trigger output that remembers the edges it drove.
@@ -283,6 +285,10 @@ pub fn acquire(
     };
     out.clock(runner, plan.clock_reads)?;
     for _ in 0..plan.runs {
+        if crate::stop::requested() {
+            out.n.interrupted = true;
+            break;
+        }
         let mut rec = Recorded {
             inner: &mut *trigger,
             driven: Vec::new(),

@@ -18,6 +18,7 @@
 //! written only by [`Writer::finish`]: [`Recording::finalised`] tells the two apart.
 //! `host/RECORDING.md` documents the columns.
 
+use nix::fcntl::{Flock, FlockArg};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom, Write};
@@ -197,6 +198,18 @@ pub enum RecordingError {
         rows: usize,
         /// Arrow's words.
         error: String,
+    },
+    /// The output exists and replacing it was not asked for.
+    #[error("{path}: already exists; give --force to replace it, or another output")]
+    Exists {
+        /// The file.
+        path: PathBuf,
+    },
+    /// Another program (or another railtrace) is writing the output.
+    #[error("{path}: another program is writing it (it holds the file's lock)")]
+    Locked {
+        /// The file.
+        path: PathBuf,
     },
     /// Arrow refused to encode.
     #[error("{path}: {error}")]
@@ -575,10 +588,83 @@ impl Columns {
     }
 }
 
+/// An output file taken for writing: opened, and locked against every other writer that
+/// locks it (every railtrace command does) for as long as it is held. An existing file
+/// is only emptied once the writer starts, so a run that fails before it leaves the file
+/// as it was; a file the claim created is removed again by [`Claim::abandon`].
+#[derive(Debug)]
+pub struct Claim {
+    path: PathBuf,
+    file: Flock<File>,
+    created: bool,
+}
+
+impl Claim {
+    /// Takes `path` for writing: refused if it exists (unless `replace`), if another
+    /// program holds its lock, or if it cannot be written (its folder missing, no
+    /// permission), so that all of that is found before a device starts.
+    pub fn new(path: &Path, replace: bool) -> Result<Claim, RecordingError> {
+        let io = |error| RecordingError::Io {
+            path: path.to_path_buf(),
+            error,
+        };
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true);
+        let (file, created) = match options.clone().create_new(true).open(path) {
+            Ok(f) => (f, true),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                if !replace {
+                    return Err(RecordingError::Exists {
+                        path: path.to_path_buf(),
+                    });
+                }
+                (options.open(path).map_err(io)?, false)
+            }
+            Err(e) => return Err(io(e)),
+        };
+        let file = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(f) => f,
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+                if created {
+                    let _ = std::fs::remove_file(path);
+                }
+                return Err(RecordingError::Locked {
+                    path: path.to_path_buf(),
+                });
+            }
+            Err((_, e)) => return Err(io(e.into())),
+        };
+        Ok(Claim {
+            path: path.to_path_buf(),
+            file,
+            created,
+        })
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Gives the file up unwritten: removed if this claim created it, else left as it was.
+    pub fn abandon(self) {
+        if self.created {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Refuses an output that exists (unless `replace`), that another program is writing,
+/// or that cannot be written, leaving it as it was: for a command to check what it will
+/// write before it starts a device or a long run.
+pub fn check_output(path: &Path, replace: bool) -> Result<(), RecordingError> {
+    Claim::new(path, replace).map(Claim::abandon)
+}
+
 /// Writes a recording.
 pub struct Writer {
     path: PathBuf,
-    file: File,
+    file: Flock<File>,
     schema: SchemaRef,
     ipc: StreamWriter<Vec<u8>>,
     kinds: ArrayRef,
@@ -599,10 +685,16 @@ impl std::fmt::Debug for Writer {
 }
 
 impl Writer {
-    /// Creates (or replaces) `path` and writes the schema at once, so that even a
-    /// recording killed before its first batch opens. The recording is of this format
+    /// Creates (or replaces) `path`, locked, and writes the schema at once, so that even
+    /// a recording killed before its first batch opens. The recording is of this format
     /// version ([`FORMAT_VERSION`]), whatever `meta.version` says.
     pub fn create(path: &Path, meta: &Meta) -> Result<Writer, RecordingError> {
+        Writer::start(Claim::new(path, true)?, meta)
+    }
+
+    /// Starts writing the claimed file (emptied first), as [`Writer::create`] does.
+    pub fn start(claim: Claim, meta: &Meta) -> Result<Writer, RecordingError> {
+        let path = &claim.path;
         let io = |error| RecordingError::Io {
             path: path.to_path_buf(),
             error,
@@ -616,7 +708,8 @@ impl Writer {
             ..meta.clone()
         };
         let schema = Arc::new(schema(&meta));
-        let file = File::create(path).map_err(io)?;
+        let file = claim.file;
+        file.set_len(0).map_err(io)?;
         let options = IpcWriteOptions::default()
             .try_with_compression(Some(CompressionType::LZ4_FRAME))
             .map_err(arrow)?;
@@ -1408,6 +1501,42 @@ mod tests {
             rig: None,
             settings: None,
         }
+    }
+
+    #[test]
+    fn an_output_is_never_clobbered_nor_written_twice() {
+        let t = Temp::new("claim");
+        write(&t.0, 1, true);
+        let before = std::fs::read(&t.0).unwrap();
+        // Existing: refused, untouched.
+        let e = Claim::new(&t.0, false).unwrap_err();
+        assert!(matches!(e, RecordingError::Exists { .. }), "{e}");
+        assert!(
+            e.to_string().contains("already exists; give --force"),
+            "{e}"
+        );
+        // Replacing is asked for, but another writer holds it: refused, untouched.
+        let held = Claim::new(&t.0, true).unwrap();
+        let e = Claim::new(&t.0, true).unwrap_err();
+        assert!(matches!(e, RecordingError::Locked { .. }), "{e}");
+        // A claim given up leaves an existing file as it was.
+        held.abandon();
+        assert_eq!(std::fs::read(&t.0).unwrap(), before);
+        // A new file claimed and given up is gone again.
+        let fresh = Temp::new("claim-fresh");
+        Claim::new(&fresh.0, false).unwrap().abandon();
+        assert!(!fresh.0.exists());
+        // An output in a folder that does not exist is refused before anything starts.
+        let e = check_output(Path::new("/nonexistent-railtrace/x.arrow"), true).unwrap_err();
+        assert!(e.to_string().contains("No such file or directory"), "{e}");
+        // A writer holds the lock for as long as it writes.
+        let w = Writer::create(&fresh.0, &meta()).unwrap();
+        assert!(matches!(
+            Claim::new(&fresh.0, true),
+            Err(RecordingError::Locked { .. })
+        ));
+        w.finish().unwrap();
+        Claim::new(&fresh.0, true).unwrap();
     }
 
     /// Writes `batches` record batches of 100 samples each (and an event in the first);

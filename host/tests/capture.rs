@@ -44,6 +44,7 @@ fn config(port: &Path, output: PathBuf, seconds: f64) -> Config {
         averaging: 1,
         duration: Some(Duration::from_secs_f64(seconds)),
         reconnect_wait: Duration::from_secs(10),
+        replace: true,
     }
 }
 
@@ -288,6 +289,86 @@ fn a_device_reset_is_one_marked_gap_then_a_new_run() {
     }
 }
 
+#[test]
+fn an_outage_that_outlasts_the_capture_is_a_gap_at_the_end() {
+    let _g = one_at_a_time();
+    let twin = twin("disconnect_after_s = 1.0\ndisconnected_s = 60.0");
+    let dir = TempDir::new("capture-outage-end");
+    let out = dir.join("outage-end.arrow");
+    let (summary, _) = run(&config(twin.path(), out.clone(), 3.0));
+    twin.stop().unwrap();
+    assert!(summary.progress.ended_away, "the summary says so");
+    let r = recording::read(&out).unwrap();
+    let s = seen(&r);
+    assert_eq!(s.gaps.len(), 1, "{:?}", s.gaps);
+    let (n, why) = &s.gaps[0];
+    assert_eq!(*n, None, "the device was not there to count them");
+    assert!(
+        why.contains("went away") && why.contains("ended before"),
+        "{why}"
+    );
+    // The gap runs from the last sample (about 1 s in) to the capture's end (3 s after it
+    // started, the clock anchored at the first connection): about 2 s.
+    let (mut start, mut length) = (0.0, 0.0);
+    for rows in r.rows() {
+        for i in 0..rows.len() {
+            if rows.kind(i) == Kind::Gap {
+                start = rows.f64("time_s").value(i);
+                length = rows.f64("duration_s").value(i);
+            }
+        }
+    }
+    assert!(
+        (s.last_time_s - start).abs() < 1e-3,
+        "{start} after {}",
+        s.last_time_s
+    );
+    assert!((1.5..2.6).contains(&length), "{length} s");
+}
+
+#[test]
+fn a_second_capture_never_writes_over_the_first() {
+    let _g = one_at_a_time();
+    let twin = twin("");
+    let dir = TempDir::new("capture-same-path");
+    let out = dir.join("first.arrow");
+    let o = out.to_str().unwrap();
+    let first = start_capture(twin.path(), &out);
+    std::thread::sleep(Duration::from_millis(1500));
+    let port = twin.path().to_str().unwrap();
+    // Without --force, the existing recording is refused; with it, the running capture's
+    // lock is.
+    refused(
+        &railtrace(&["capture", "--port", port, "-o", o]),
+        "already exists; give --force",
+    );
+    refused(
+        &railtrace(&["capture", "--port", port, "-o", o, "--force"]),
+        "another program is writing it",
+    );
+    let kill = Command::new("kill")
+        .args(["-INT", &first.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let done = first.wait_with_output().unwrap();
+    twin.stop().unwrap();
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let r = recording::read(&out).unwrap();
+    assert!(r.finalised);
+    let s = seen(&r);
+    assert!(
+        s.samples > 20_000,
+        "the first capture's samples: {}",
+        s.samples
+    );
+    assert_eq!(Some(s.samples), s.acquired);
+}
+
 fn railtrace(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_railtrace"))
         .args(args)
@@ -383,27 +464,37 @@ fn a_killed_capture_leaves_a_file_pyarrow_opens_with_all_but_the_last_second() {
 }
 
 #[test]
-fn ctrl_c_stops_cleanly_and_closes_the_file() {
+fn ctrl_c_sigterm_and_sighup_stop_cleanly_and_close_the_file() {
     let _g = one_at_a_time();
-    let twin = twin("");
     let dir = TempDir::new("capture-int");
-    let out = dir.join("interrupted.arrow");
-    let child = start_capture(twin.path(), &out);
-    std::thread::sleep(Duration::from_millis(2500));
-    let kill = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let o = child.wait_with_output().unwrap();
-    twin.stop().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let r = recording::read(&out).unwrap();
-    assert!(r.finalised);
-    let s = seen(&r);
-    assert_eq!(Some(s.samples), s.acquired, "everything the device took");
-    assert_eq!(summary["progress"]["samples"].as_u64(), Some(s.samples));
+    for signal in ["-INT", "-TERM", "-HUP"] {
+        let twin = twin("");
+        let out = dir.join(&format!("interrupted{signal}.arrow"));
+        let child = start_capture(twin.path(), &out);
+        std::thread::sleep(Duration::from_millis(2500));
+        let kill = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(kill.success());
+        let o = child.wait_with_output().unwrap();
+        twin.stop().unwrap();
+        assert!(
+            o.status.success(),
+            "{signal}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let r = recording::read(&out).unwrap();
+        assert!(r.finalised, "{signal}");
+        let s = seen(&r);
+        assert_eq!(
+            Some(s.samples),
+            s.acquired,
+            "{signal}: everything the device took"
+        );
+        assert_eq!(summary["progress"]["samples"].as_u64(), Some(s.samples));
+    }
 }
 
 /// Exit status non-zero, one line on stderr, containing `words`, no panic.

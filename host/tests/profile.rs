@@ -56,6 +56,7 @@ fn run_trains(
         averaging: 1,
         duration: None,
         reconnect_wait: Duration::from_secs(5),
+        replace: true,
     };
     let stop = Arc::new(AtomicBool::new(false));
     let counters = Arc::new(Counters::default());

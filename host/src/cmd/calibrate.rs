@@ -34,7 +34,7 @@ enum What {
         #[arg(long, short, default_value = "logger.toml")]
         output: PathBuf,
         /// The logger's update period if known, ms (estimated from the readings otherwise).
-        #[arg(long)]
+        #[arg(value_parser = super::period_ms, long)]
         period_ms: Option<f64>,
         /// Print the model as JSON too.
         #[arg(long)]

@@ -1,7 +1,6 @@
 //! `railtrace capture`: a rig's stream into a recording.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,17 +25,20 @@ pub struct Args {
     #[arg(long, value_delimiter = ',')]
     channels: Option<Vec<u8>>,
     /// Conversions averaged into each sample.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     averaging: u16,
     /// Stop after this many seconds.
-    #[arg(long)]
+    #[arg(value_parser = super::seconds, long)]
     duration: Option<f64>,
     /// When the device goes away, wait this many seconds for it before giving up.
-    #[arg(long, default_value_t = 600.0)]
+    #[arg(value_parser = super::seconds, long, default_value_t = 600.0)]
     reconnect_wait: f64,
-    /// The recording to write (replaced if it exists).
+    /// The recording to write; an existing one is refused unless --force.
     #[arg(long, short, default_value = "run.arrow")]
     output: PathBuf,
+    /// Replace the output if it exists.
+    #[arg(long)]
+    force: bool,
     /// No progress line; print the summary as JSON.
     #[arg(long)]
     json: bool,
@@ -81,19 +83,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         channels: args.channels,
         averaging: args.averaging,
         duration: args.duration.map(Duration::from_secs_f64),
-        reconnect_wait: Duration::from_secs_f64(args.reconnect_wait.max(0.0)),
+        reconnect_wait: Duration::from_secs_f64(args.reconnect_wait),
+        replace: args.force,
     };
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
-    ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed))
-        .context("cannot install the Ctrl-C handler")?;
+    let stop = railtrace::stop::install().map_err(anyhow::Error::msg)?;
     let counters = Arc::new(Counters::default());
     let bar = if args.json {
         indicatif::ProgressBar::hidden()
     } else {
         indicatif::ProgressBar::new_spinner()
     };
-    let result = capture(&config, &stop, &counters, |p| bar.set_message(line(p)));
+    let result = capture(&config, stop, &counters, |p| bar.set_message(line(p)));
     bar.finish_and_clear();
     let summary = result.with_context(|| {
         if config.output.exists() {
@@ -122,5 +122,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             p.reconnects
         );
     }
+    anyhow::ensure!(
+        !summary.progress.ended_away,
+        "the capture ended while the device was away or silent: {} keeps everything before, and its last gap row marks the outage",
+        summary.output.display()
+    );
     Ok(())
 }

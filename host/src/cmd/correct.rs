@@ -35,7 +35,7 @@ pub struct Args {
     #[arg(long, short, default_value = "corrected.arrow")]
     output: PathBuf,
     /// Width of the profile's bins, µs.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(value_parser = super::bin_us, long, default_value_t = 10.0)]
     bin_us: f64,
     /// Print the figures as JSON.
     #[arg(long)]

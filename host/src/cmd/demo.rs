@@ -42,19 +42,19 @@ pub struct Args {
     runs: usize,
     /// Shortest and longest random delay before each launch, ms (longer than the kernel
     /// plus the logger's window, so that no reading sees two executions).
-    #[arg(long, num_args = 2, value_names = ["MIN", "MAX"], default_values_t = [1.5, 3.0])]
+    #[arg(value_parser = super::millis, long, allow_hyphen_values = true, num_args = 2, value_names = ["MIN", "MAX"], default_values_t = [1.5, 3.0])]
     delay_ms: Vec<f64>,
     /// Width of the profiles' bins, µs; 10 µs, or the finest the rig resolves when that
     /// is coarser (its analog chain's 10-90 % rise, or the width that gathers 30 samples a
     /// bin over the runs).
-    #[arg(long)]
+    #[arg(value_parser = super::bin_us, long)]
     bin_us: Option<f64>,
     /// The rig's sample rate, Hz; when not given, the lowest that puts a sample in every
     /// bin, within what the rig's link carries with every channel.
     #[arg(long)]
     rate: Option<u32>,
     /// The logger's update period if known, ms (identified from its readings otherwise).
-    #[arg(long)]
+    #[arg(value_parser = super::period_ms, long)]
     period_ms: Option<f64>,
     /// The check on each corrected phase's power, relative (0.05: within 5 %).
     #[arg(long, default_value_t = 0.05)]

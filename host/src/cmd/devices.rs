@@ -9,7 +9,7 @@ use railtrace::transport::Rig;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// How long to wait for each port to answer, in seconds.
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(value_parser = super::seconds, long, default_value_t = 0.5)]
     timeout: f64,
 }
 

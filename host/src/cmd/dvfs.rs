@@ -44,10 +44,10 @@ enum What {
         switches: usize,
         /// Shortest and longest random wait before each request, ms (longer than a
         /// switch takes).
-        #[arg(long, num_args = 2, value_names = ["MIN", "MAX"], default_values_t = [30.0, 50.0])]
+        #[arg(value_parser = super::millis, long, allow_hyphen_values = true, num_args = 2, value_names = ["MIN", "MAX"], default_values_t = [30.0, 50.0])]
         wait_ms: Vec<f64>,
         /// Look for each step at most this long after its request, ms.
-        #[arg(long, default_value_t = 25.0)]
+        #[arg(value_parser = super::millis, long, default_value_t = 25.0)]
         window_ms: f64,
         /// The rig's sample rate, Hz; the device's highest when not given.
         #[arg(long)]
@@ -55,6 +55,9 @@ enum What {
         /// The run's recording; the rig's capture goes beside it as `<name>.rig.arrow`.
         #[arg(long, short, default_value = "dvfs.arrow")]
         output: PathBuf,
+        /// Replace the recordings if they exist.
+        #[arg(long)]
+        force: bool,
         /// A picture of the distribution and of the steps (PNG or SVG by extension).
         #[arg(long)]
         plot: Option<PathBuf>,
@@ -82,6 +85,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         window_ms,
         rate,
         output,
+        force,
         plot,
         seed,
         json,
@@ -91,6 +95,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ..Options::default()
     };
     anyhow::ensure!(o.window_s > 0.0, "--window-ms {window_ms}: must be > 0");
+    if input.is_none() {
+        for out in [output.clone(), rig_path(&output)] {
+            railtrace::recording::check_output(&out, force)?;
+        }
+        railtrace::stop::install().map_err(anyhow::Error::msg)?;
+    }
     let run = match input {
         Some(p) => p,
         None => {
@@ -157,6 +167,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 rig.progress.samples,
                 rig.progress.frames_lost,
                 rig.progress.gaps,
+                rig_out.display()
+            );
+            anyhow::ensure!(
+                n == switches,
+                "interrupted after {n} of {switches} requests; {} and {} are closed and keep them",
+                output.display(),
                 rig_out.display()
             );
             output

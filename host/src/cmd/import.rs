@@ -22,10 +22,13 @@ enum What {
         /// The recording to write; `<folder name>.arrow` when not given.
         #[arg(long, short)]
         output: Option<PathBuf>,
+        /// Replace the output if it exists.
+        #[arg(long)]
+        force: bool,
         /// Hours east of UTC of gpudata.csv's local times (+1 for the published A100
         /// runs); guessed from where nvidia-smi's readings overlap the meter's when not
         /// given.
-        #[arg(long, allow_hyphen_values = true)]
+        #[arg(value_parser = super::utc_offset_h, long, allow_hyphen_values = true)]
         utc_offset: Option<f64>,
     },
 }
@@ -35,6 +38,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let What::Pmd {
         dir,
         output,
+        force,
         utc_offset,
     } = args.what;
     anyhow::ensure!(dir.is_dir(), "{}: no such folder", dir.display());
@@ -65,6 +69,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
         .unwrap_or_else(|| "import".into());
     let output = output.unwrap_or_else(|| PathBuf::from(format!("{name}.arrow")));
+    railtrace::recording::check_output(&output, force)?;
     let settings = serde_json::json!({
         "meter": "ElmorLabs PMD, 4 (voltage, current) pairs",
         "gpu_logger": "nvidia-smi power.draw (logger_w) and power.draw.instant (logger_instant_w), temperature.gpu (logger_temp_c)",

@@ -16,7 +16,7 @@ pub struct Args {
     #[arg(long)]
     json: bool,
     /// How long to wait for an answer, in seconds.
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(value_parser = super::seconds, long, default_value_t = 2.0)]
     timeout: f64,
 }
 

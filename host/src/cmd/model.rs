@@ -44,7 +44,7 @@ enum What {
         #[arg(long)]
         logger: Option<PathBuf>,
         /// Width of the stitched profiles' bins, µs.
-        #[arg(long, default_value_t = 10.0)]
+        #[arg(value_parser = super::bin_us, long, default_value_t = 10.0)]
         bin_us: f64,
         /// Print the observations and the model as JSON.
         #[arg(long)]
@@ -61,7 +61,7 @@ enum What {
         #[arg(long)]
         gpu: Option<PathBuf>,
         /// Width of the stitched profiles' bins, µs.
-        #[arg(long, default_value_t = 10.0)]
+        #[arg(value_parser = super::bin_us, long, default_value_t = 10.0)]
         bin_us: f64,
         /// A picture: predicted against measured power, time against frequency (PNG or
         /// SVG by extension).

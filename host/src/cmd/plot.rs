@@ -16,10 +16,10 @@ pub struct Args {
     #[arg(short, long, value_name = "OUT")]
     output: PathBuf,
     /// Start of the window, s (time_s); default: the first sample.
-    #[arg(long, value_name = "S", allow_negative_numbers = true)]
+    #[arg(value_parser = super::instant_s, long, value_name = "S", allow_negative_numbers = true)]
     from: Option<f64>,
     /// End of the window, s; default: the last sample.
-    #[arg(long, value_name = "S", allow_negative_numbers = true)]
+    #[arg(value_parser = super::instant_s, long, value_name = "S", allow_negative_numbers = true)]
     to: Option<f64>,
     /// Picture width, px (640 to 16384).
     #[arg(long, value_name = "W", default_value_t = 1600)]

@@ -56,7 +56,7 @@ pub struct Args {
     #[arg(long, default_value_t = 30)]
     pilot: usize,
     /// Width of the stitched profile's bins for --target-error, µs.
-    #[arg(long, default_value_t = 20.0)]
+    #[arg(value_parser = super::bin_us, long, default_value_t = 20.0)]
     bin_us: f64,
     /// Executions per train (back to back; 1 for single executions).
     #[arg(long, default_value_t = 1)]
@@ -65,7 +65,7 @@ pub struct Args {
     #[arg(long, default_value_t = 0)]
     warmup: u32,
     /// Shortest and longest random delay before each launch, ms.
-    #[arg(long, num_args = 2, value_names = ["MIN", "MAX"], default_values_t = [1.0, 3.0])]
+    #[arg(value_parser = super::millis, long, allow_hyphen_values = true, num_args = 2, value_names = ["MIN", "MAX"], default_values_t = [1.0, 3.0])]
     delay_ms: Vec<f64>,
     /// The twin's scenario (hardware/twin/SCENARIOS.md); the built-in default when not
     /// given.
@@ -81,6 +81,9 @@ pub struct Args {
     /// The profile recording; the rig's capture goes beside it as `<name>.rig.arrow`.
     #[arg(long, short, default_value = "profile.arrow")]
     output: PathBuf,
+    /// Replace the recordings if they exist.
+    #[arg(long)]
+    force: bool,
     /// Seed of the runner's random delays.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -94,7 +97,7 @@ pub struct Args {
     dvfs: Option<String>,
     /// Run the kernel back to back for this long first, s of execution time (not
     /// recorded): profile the GPU at the temperature that work holds it at.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(value_parser = super::seconds, long, default_value_t = 0.0)]
     preheat_s: f64,
 }
 
@@ -117,6 +120,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "--preheat-s {}: need a duration >= 0",
         args.preheat_s
     );
+    for out in [args.output.clone(), rig_path(&args.output)] {
+        railtrace::recording::check_output(&out, args.force)?;
+    }
+    railtrace::stop::install().map_err(anyhow::Error::msg)?;
     let plan = Plan {
         launch: Launch {
             kernel: args.kernel.clone(),
@@ -249,6 +256,7 @@ pub fn with_rig<T>(
         averaging: 1,
         duration: None,
         reconnect_wait: Duration::from_secs(10),
+        replace: true, // checked by the command before it starts
     };
     let stop = Arc::new(AtomicBool::new(false));
     let counters = Arc::new(Counters::default());
@@ -370,6 +378,14 @@ pub fn profile(
         rig_summary.progress.samples,
         rig_summary.progress.frames_lost,
         rig_summary.progress.gaps,
+        rig_out.display()
+    );
+    anyhow::ensure!(
+        !acquired.interrupted,
+        "interrupted after {} of {} trains; {} and {} are closed and keep them",
+        acquired.runs,
+        plan.runs,
+        args.output.display(),
         rig_out.display()
     );
     Ok(())

@@ -18,10 +18,10 @@ pub struct Args {
     #[arg(long)]
     rig: Option<PathBuf>,
     /// Width of the stitched profiles' bins, µs.
-    #[arg(long, default_value_t = 20.0)]
+    #[arg(value_parser = super::bin_us, long, default_value_t = 20.0)]
     bin_us: f64,
     /// Readings up to this long after an execution's start belong to it, ms.
-    #[arg(long, default_value_t = 2.5)]
+    #[arg(value_parser = super::millis, long, default_value_t = 2.5)]
     horizon_ms: f64,
     /// Print every figure as JSON.
     #[arg(long)]

@@ -30,7 +30,7 @@ enum TwinCommand {
         #[arg(long)]
         rig: Option<PathBuf>,
         /// Stop after this many seconds.
-        #[arg(long)]
+        #[arg(value_parser = super::seconds, long)]
         seconds: Option<f64>,
         /// Write the truth (the GPU's true power, the rails at every conversion, kernel
         /// executions, the logger's reports, the clocks) as Arrow files into this

@@ -1,0 +1,127 @@
+//! Every option a bench types is checked before anything starts: a value no bench can mean
+//! (negative, NaN, infinite, absurdly large, of no known unit) is refused with one error
+//! naming the option, never a panic or an allocation the size of the value.
+
+use std::process::{Command, Output};
+
+fn railtrace(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_railtrace"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// Refused as a usage error (clap's exit status 2) naming `option`, with no panic.
+fn refused(args: &[&str], option: &str) {
+    let o = railtrace(args);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+    assert!(
+        err.contains(option),
+        "{args:?}: {err:?} should name {option}"
+    );
+    assert!(!err.contains("panicked"), "{args:?}: {err}");
+}
+
+const ABSURD: [&str; 6] = ["-1", "nan", "inf", "1e30", "-inf", "ten"];
+
+#[test]
+fn absurd_times_are_refused_naming_the_option() {
+    let dir = std::env::temp_dir();
+    let out = dir.join("railtrace-options-never-written.arrow");
+    let o = out.to_str().unwrap();
+    for v in ABSURD {
+        refused(
+            &[
+                "capture",
+                "--port",
+                "/nonexistent",
+                "-o",
+                o,
+                &format!("--duration={v}"),
+            ],
+            "--duration",
+        );
+        refused(
+            &[
+                "capture",
+                "--port",
+                "/nonexistent",
+                "-o",
+                o,
+                &format!("--reconnect-wait={v}"),
+            ],
+            "--reconnect-wait",
+        );
+        refused(&["devices", &format!("--timeout={v}")], "--timeout");
+        refused(
+            &["info", "--port", "/nonexistent", &format!("--timeout={v}")],
+            "--timeout",
+        );
+        refused(&["twin", "serve", &format!("--seconds={v}")], "--seconds");
+        refused(&["profile", "-o", o, "--delay-ms", v, "3"], "--delay-ms");
+        refused(
+            &["dvfs", "latency", "-o", o, "--wait-ms", v, "50"],
+            "--wait-ms",
+        );
+        refused(
+            &["dvfs", "latency", "-o", o, &format!("--window-ms={v}")],
+            "--window-ms",
+        );
+        refused(
+            &["report", "p.arrow", &format!("--horizon-ms={v}")],
+            "--horizon-ms",
+        );
+        refused(&["report", "p.arrow", &format!("--bin-us={v}")], "--bin-us");
+    }
+    // A time zone or an instant may be negative.
+    for v in ABSURD.iter().filter(|&&v| v != "-1") {
+        refused(
+            &["import", "pmd", ".", &format!("--utc-offset={v}")],
+            "--utc-offset",
+        );
+        refused(
+            &["plot", "r.arrow", "-o", "p.svg", &format!("--from={v}")],
+            "--from",
+        );
+    }
+    // A logger period no logger has: a 4 TB grid otherwise.
+    refused(
+        &["calibrate", "logger", "p.arrow", "--period-ms", "1e-9"],
+        "--period-ms",
+    );
+    refused(&["demo", "--period-ms", "1e-9"], "--period-ms");
+    // No conversion at all is not one conversion.
+    refused(
+        &[
+            "capture",
+            "--port",
+            "/nonexistent",
+            "-o",
+            o,
+            "--averaging",
+            "0",
+        ],
+        "--averaging",
+    );
+    assert!(!out.exists());
+}
+
+#[test]
+fn times_take_units() {
+    // A unit is read: 500ms is half a second, not refused; the capture then fails on its
+    // port, after the options were taken.
+    for d in ["10s", "500ms", "2min", "1.5"] {
+        let o = railtrace(&[
+            "capture",
+            "--port",
+            "/dev/railtrace-nonexistent",
+            "-o",
+            "/tmp/railtrace-x.arrow",
+            "--duration",
+            d,
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("no such serial port"), "{d}: {err}");
+    }
+}
