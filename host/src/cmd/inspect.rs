@@ -36,6 +36,8 @@ struct Gap {
 struct Summary {
     file: PathBuf,
     finalised: bool,
+    /// What is cut or damaged, one line each; the figures are of everything else.
+    damage: Vec<String>,
     source: String,
     epoch_utc_ns: i64,
     device: Option<serde_json::Value>,
@@ -66,7 +68,8 @@ fn summarise(path: &Path) -> anyhow::Result<(Summary, Vec<String>)> {
     let mut counts = [0u64; recording::KINDS];
     let mut wanted: Vec<&str> = vec!["time_s", "duration_s", "count", "text", "line"];
     wanted.extend(names.iter().map(String::as_str));
-    for batch in r.reopen(Some(&wanted))? {
+    let mut reader = r.reopen(Some(&wanted))?;
+    for batch in reader.by_ref() {
         let batch = batch?;
         let rows = Rows::new(&batch);
         rows.count_kinds(&mut counts);
@@ -123,6 +126,7 @@ fn summarise(path: &Path) -> anyhow::Result<(Summary, Vec<String>)> {
     let summary = Summary {
         file: r.path.clone(),
         finalised: r.finalised,
+        damage: reader.damage().to_vec(),
         source: r.meta.source.clone(),
         epoch_utc_ns: r.meta.epoch_utc_ns,
         device: r.meta.device.clone(),
@@ -173,6 +177,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "not closed (the capture was killed or lost power): rows up to its last flush"
         }
     );
+    for d in &s.damage {
+        println!("damage    {d}");
+    }
     println!("source    {}", s.source);
     println!(
         "start     {} (time_s = 0)",
