@@ -224,6 +224,48 @@ fn text(path: &Path) -> Result<String, ImportError> {
     })
 }
 
+/// A PMD sensing 12 V rails (the PCIe connectors, the slot, EPS): each pair reads 12 V
+/// within 10 % (ATX allows 8 %) or, unconnected, under half a volt, in all but 1 % of its
+/// records; and its records come every 50 µs to 2 ms (about 209 µs as it streams). Bytes
+/// that are not such a recording (another file renamed, random data: volts spread over
+/// 0-15.5 V, records hundreds of ms apart) are refused rather than imported as power.
+fn check_plausible(path: &Path, t: &PmdTrace) -> Result<(), ImportError> {
+    let bad = |message: String| ImportError::Format {
+        path: path.to_path_buf(),
+        line: 0,
+        message,
+    };
+    let n = t.pairs.len();
+    for k in 0..4 {
+        let off = t
+            .pairs
+            .iter()
+            .filter(|p| !(p[k].0 < 0.5 || (10.8..=13.2).contains(&p[k].0)))
+            .count();
+        if off * 100 > n {
+            let mut v: Vec<f64> = t.pairs.iter().map(|p| p[k].0).collect();
+            v.sort_by(f64::total_cmp);
+            return Err(bad(format!(
+                "pair {}'s voltage is off a 12 V rail (10.8-13.2 V, or under 0.5 V unconnected) in {:.1} % of its {n} records (median {:.2} V): not a PMD recording of a GPU's rails",
+                k + 1,
+                off as f64 * 100.0 / n as f64,
+                v[n / 2]
+            )));
+        }
+    }
+    if n > 1 {
+        let mut dt: Vec<f64> = t.time_us.windows(2).map(|w| w[1] - w[0]).collect();
+        dt.sort_by(f64::total_cmp);
+        let median = dt[dt.len() / 2];
+        if !(50.0..=2000.0).contains(&median) {
+            return Err(bad(format!(
+                "its records are {median:.0} µs apart (median; a PMD streams one every ~209 µs): not a PMD recording"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Reads a run folder; `utc_offset_h` is the local time of `gpudata.csv`.
 pub fn read_run(dir: &Path, utc_offset_h: f64) -> Result<PmdRun, ImportError> {
     let start_path = dir.join("PMD_start_ts.txt");
@@ -235,8 +277,19 @@ pub fn read_run(dir: &Path, utc_offset_h: f64) -> Result<PmdRun, ImportError> {
     })?;
     let bin = dir.join("PMD_data.bin");
     let pmd = parse_pmd(&bin, &read(&bin)?, start_us)?;
+    check_plausible(&bin, &pmd)?;
     let smi_path = dir.join("gpudata.csv");
     let smi = parse_smi(&smi_path, &text(&smi_path)?, utc_offset_h)?;
+    if let Some(i) = smi
+        .windows(2)
+        .position(|w| w[1].time_us < w[0].time_us - 1e6)
+    {
+        return Err(ImportError::Format {
+            path: smi_path,
+            line: i + 3,
+            message: "its time goes back by more than a second: not one run's log".into(),
+        });
+    }
     let ts_path = dir.join("timestamps.csv");
     let mut edges_us = Vec::new();
     for (n, line) in text(&ts_path)?.lines().enumerate().skip(1) {
@@ -371,6 +424,28 @@ pub fn write_recording(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn garbage_is_refused_and_a_real_run_is_not() {
+        // Random bytes, a whole number of records: volts spread over 0-15.5 V.
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let bytes: Vec<u8> = (0..18 * 5000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let t = parse_pmd(Path::new("PMD_data.bin"), &bytes, 0.0).unwrap();
+        let e = check_plausible(Path::new("PMD_data.bin"), &t).unwrap_err();
+        assert!(e.to_string().contains("off a 12 V rail"), "{e}");
+        let run = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../shared/data/gpu-power-benchmark/Transient_Response/A100_TR");
+        if run.is_dir() {
+            read_run(&run, 1.0).unwrap();
+        }
+    }
 
     #[test]
     fn civil_dates_and_local_times() {
