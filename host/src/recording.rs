@@ -660,6 +660,8 @@ pub fn check_output(path: &Path, replace: bool) -> Result<(), RecordingError> {
 pub struct Writer {
     path: PathBuf,
     file: Flock<File>,
+    /// The stream's messages as written, each sealed with its CRC-32C (RECORDING.md).
+    sealed: Vec<u8>,
     schema: SchemaRef,
     ipc: StreamWriter<Vec<u8>>,
     kinds: ArrayRef,
@@ -714,6 +716,7 @@ impl Writer {
         let mut w = Writer {
             path: path.to_path_buf(),
             file,
+            sealed: Vec::new(),
             cols: Columns::new(meta.rails.len(), meta.code_channels.len()),
             schema,
             ipc,
@@ -930,14 +933,21 @@ impl Writer {
 
     fn write_out(&mut self) -> Result<(), RecordingError> {
         let bytes = self.ipc.get_mut();
+        self.sealed.clear();
+        scan::seal(bytes, &mut self.sealed).map_err(|e| RecordingError::Io {
+            path: self.path.clone(),
+            error: std::io::Error::other(format!(
+                "Arrow wrote a message railtrace cannot seal: {e}"
+            )),
+        })?;
+        bytes.clear();
         self.file
-            .write_all(bytes)
+            .write_all(&self.sealed)
             .map_err(|error| RecordingError::Io {
                 path: self.path.clone(),
                 error,
             })?;
-        self.bytes_written += bytes.len() as u64;
-        bytes.clear();
+        self.bytes_written += self.sealed.len() as u64;
         Ok(())
     }
 
@@ -1787,6 +1797,8 @@ mod tests {
             "{} flips: {refused} refused (the schema), {named} named as damage, {same} read the same, {differ} read otherwise",
             bytes.len()
         );
+        // Every message is sealed: no flip is read as other data.
+        assert_eq!(differ, 0);
         assert!(named > 0 && refused > 0);
     }
 

@@ -6,13 +6,15 @@
 With pyarrow and polars: the stream opens as it is; the `railtrace` metadata parses and
 names the rails; every rail has its V, A and W columns with their units; `kind` holds
 only documented kinds; samples are there, with time increasing and total_w the sum of
-the rails' watts; polars reads the same rows. `--no-gaps` also asserts no gap rows.
+the rails' watts; polars reads the same rows, and DuckDB queries them (over pyarrow) to
+the same count and mean power. `--no-gaps` also asserts no gap rows.
 Exits non-zero with a message on the first failure.
 """
 
 import json
 import sys
 
+import duckdb
 import polars as pl
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
@@ -55,9 +57,15 @@ def main(argv):
     df = pl.read_ipc_stream(path)
     assert df.height == table.num_rows, (df.height, table.num_rows)
     assert df.filter(pl.col("kind") == "sample").height == n
+    con = duckdb.connect()
+    con.register("recording", table)
+    count, mean = con.sql(
+        "select count(*), avg(total_w) from recording where kind = 'sample'").fetchall()[0]
+    assert count == n, (count, n)
+    assert abs(mean - pc.mean(samples["total_w"]).as_py()) < 1e-6 * max(1.0, abs(mean))
     print(
         f"{path}: {table.num_rows} rows, {n} samples over {span:.3f} s, "
-        f"{gaps} gaps, rails {', '.join(meta['rails'])}; pyarrow and polars agree"
+        f"{gaps} gaps, rails {', '.join(meta['rails'])}; pyarrow, polars and DuckDB agree"
     )
 
 

@@ -47,6 +47,12 @@ pub fn crc32c(data: &[u8]) -> u32 {
     !crc32c_update(!0, data)
 }
 
+/// CRC-32C of the bytes whose CRC-32C is `crc` followed by `data`:
+/// `crc32c_continue(crc32c(a), b) == crc32c(a ++ b)`.
+pub fn crc32c_continue(crc: u32, data: &[u8]) -> u32 {
+    !crc32c_update(!crc, data)
+}
+
 /// Advances a CRC-32C register (no initial or final inversion) over `data`.
 pub(crate) fn crc32c_update(mut crc: u32, data: &[u8]) -> u32 {
     let mut words = data.chunks_exact(8);
@@ -117,6 +123,7 @@ mod tests {
                 let cut = (len * 7 + align) % (len + 1);
                 let (a, b) = d.split_at(cut);
                 assert_eq!(!crc32c_update(crc32c_update(!0, a), b), want);
+                assert_eq!(crc32c_continue(crc32c(a), b), want);
             }
         }
     }

@@ -26,7 +26,7 @@ mod frame;
 mod message;
 mod wire;
 
-pub use crc::crc32c;
+pub use crc::{crc32c, crc32c_continue};
 #[cfg(feature = "std")]
 pub use frame::encode_frame_vec;
 pub use frame::{

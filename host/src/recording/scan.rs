@@ -5,6 +5,11 @@
 //! damaged file is read up to, and past, its damage, and never makes Arrow allocate what a
 //! damaged length claims or read outside a buffer.
 //!
+//! The writer seals every message: the last 8 bytes of its metadata (which Arrow readers
+//! skip as padding) are `RTc1` and the CRC-32C of its metadata before them and its body.
+//! Every sealed message must match, and once one is, every message after it must be
+//! sealed (a file another Arrow writer rewrote carries no seals, and is checked as above).
+//!
 //! A message that fails is skipped and named; where its framing itself is damaged, the
 //! next place where a whole message checks out is found by looking for the next message
 //! marker.
@@ -19,6 +24,53 @@ const MAX_HEADER: i64 = 16 << 20;
 /// LZ4 expands at most 255 times (a run of one byte); a buffer claiming more is damaged.
 const LZ4_MAX_RATIO: i64 = 255;
 
+/// The last 8 bytes of a sealed message's metadata: these 4, then the CRC-32C.
+const SEAL: [u8; 4] = *b"RTc1";
+/// Bytes a seal adds to a message's metadata: 56 zeros, then the seal, so that the body
+/// stays 64-byte aligned as Arrow writes it.
+const SEAL_LEN: usize = 64;
+
+/// Seals the complete Arrow IPC stream messages in `bytes` (as an Arrow stream writer
+/// wrote them) into `out`.
+pub(crate) fn seal(bytes: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
+    let mut at = 0;
+    while at < bytes.len() {
+        let word = |i: usize| -> Result<[u8; 4], String> {
+            bytes
+                .get(i..i + 4)
+                .and_then(|b| b.try_into().ok())
+                .ok_or_else(|| "a message cut short".to_string())
+        };
+        let meta_len = i32::from_le_bytes(word(at + 4)?) as usize;
+        if meta_len == 0 {
+            out.extend_from_slice(&bytes[at..at + 8]);
+            at += 8;
+            continue;
+        }
+        let meta = bytes
+            .get(at + 8..at + 8 + meta_len)
+            .ok_or("a message cut short")?;
+        let msg = arrow_ipc::root_as_message(meta).map_err(|e| e.to_string())?;
+        let body_at = at + 8 + meta_len;
+        let body = bytes
+            .get(body_at..body_at + msg.bodyLength() as usize)
+            .ok_or("a message cut short")?;
+        let sealed_len = meta_len + SEAL_LEN;
+        out.extend_from_slice(&[0xFF; 4]);
+        out.extend_from_slice(&(sealed_len as i32).to_le_bytes());
+        out.extend_from_slice(meta);
+        out.extend_from_slice(&[0; SEAL_LEN - 8]);
+        let crc = railtrace_protocol::crc32c(meta);
+        let crc = railtrace_protocol::crc32c_continue(crc, &[0; SEAL_LEN - 8]);
+        let crc = railtrace_protocol::crc32c_continue(crc, body);
+        out.extend_from_slice(&SEAL);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out.extend_from_slice(body);
+        at = body_at + body.len();
+    }
+    Ok(())
+}
+
 /// What a scan found.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub(crate) struct Scan {
@@ -26,6 +78,8 @@ pub(crate) struct Scan {
     pub ranges: Vec<(u64, u64)>,
     /// The end-of-stream marker was found.
     pub closed: bool,
+    /// A message was sealed: every one from there on was checked against its CRC-32C.
+    pub sealed: bool,
     /// What is wrong, one entry per damaged stretch: the record batch it held (1-based,
     /// counting the batches before it) and where.
     pub damage: Vec<String>,
@@ -46,9 +100,23 @@ fn read_at(file: &mut File, at: u64, n: usize) -> std::io::Result<Vec<u8>> {
     Ok(v)
 }
 
-/// Checks the message at `at` of a file of `len` bytes; its end, or None for the
-/// end-of-stream marker.
-fn message(file: &mut File, at: u64, len: u64, first: bool) -> Result<Option<(u64, bool)>, Bad> {
+/// A message that checks out.
+struct Message {
+    end: u64,
+    is_batch: bool,
+    sealed: bool,
+}
+
+/// Checks the message at `at` of a file of `len` bytes (the first, the schema's, or one
+/// after it, which must be sealed if an earlier one was); None for the end-of-stream
+/// marker.
+fn message(
+    file: &mut File,
+    at: u64,
+    len: u64,
+    first: bool,
+    sealed: bool,
+) -> Result<Option<Message>, Bad> {
     let io = |e: std::io::Error| Bad::Damaged(e.to_string());
     if at + 8 > len {
         return Err(Bad::Cut);
@@ -82,9 +150,28 @@ fn message(file: &mut File, at: u64, len: u64, first: bool) -> Result<Option<(u6
     if end > len {
         return Err(Bad::Cut);
     }
+    let n = meta.len();
+    let has_seal = n >= SEAL_LEN && meta[n - 8..n - 4] == SEAL;
+    if has_seal {
+        let stored = u32::from_le_bytes([meta[n - 4], meta[n - 3], meta[n - 2], meta[n - 1]]);
+        let body = read_at(file, body_at, body_len as usize).map_err(io)?;
+        let crc = railtrace_protocol::crc32c(&meta[..n - 8]);
+        if railtrace_protocol::crc32c_continue(crc, &body) != stored {
+            return Err(Bad::Damaged("its checksum does not match".into()));
+        }
+    } else if sealed {
+        return Err(Bad::Damaged("its checksum is missing".into()));
+    }
+    let sealed = has_seal;
     let header = msg.header_type();
     let batch = match header {
-        arrow_ipc::MessageHeader::Schema if first => return Ok(Some((end, false))),
+        arrow_ipc::MessageHeader::Schema if first => {
+            return Ok(Some(Message {
+                end,
+                is_batch: false,
+                sealed,
+            }))
+        }
         arrow_ipc::MessageHeader::RecordBatch if !first => msg.header_as_record_batch(),
         arrow_ipc::MessageHeader::DictionaryBatch if !first => {
             msg.header_as_dictionary_batch().and_then(|d| d.data())
@@ -128,7 +215,11 @@ fn message(file: &mut File, at: u64, len: u64, first: bool) -> Result<Option<(u6
             )));
         }
     }
-    Ok(Some((end, header == arrow_ipc::MessageHeader::RecordBatch)))
+    Ok(Some(Message {
+        end,
+        is_batch: header == arrow_ipc::MessageHeader::RecordBatch,
+        sealed,
+    }))
 }
 
 /// Scans the first `len` bytes of `file`: the messages that check out, and the damage.
@@ -138,15 +229,17 @@ pub(crate) fn scan(file: &mut File, len: u64) -> std::io::Result<Scan> {
     let mut at = 0u64;
     let mut batches = 0usize;
     while at < len {
-        match message(file, at, len, s.ranges.is_empty()) {
+        let first = s.ranges.is_empty();
+        match message(file, at, len, first, s.sealed) {
             Ok(None) => {
                 s.closed = true;
                 break;
             }
-            Ok(Some((end, is_batch))) => {
-                s.ranges.push((at, end));
-                batches += usize::from(is_batch);
-                at = end;
+            Ok(Some(m)) => {
+                s.ranges.push((at, m.end));
+                batches += usize::from(m.is_batch);
+                s.sealed |= m.sealed;
+                at = m.end;
             }
             Err(Bad::Cut) => {
                 s.damage.push(format!(
@@ -162,7 +255,7 @@ pub(crate) fn scan(file: &mut File, len: u64) -> std::io::Result<Scan> {
                 let found = loop {
                     match find_marker(file, next, len)? {
                         None => break None,
-                        Some(p) => match message(file, p, len, false) {
+                        Some(p) => match message(file, p, len, false, s.sealed) {
                             Ok(m) => break Some((p, m)),
                             Err(_) => next = p + 1,
                         },
