@@ -12,13 +12,17 @@ pub struct McuClockConfig {
     /// scenario, 0 or left out takes the rig's `board.tick_hz`.
     #[serde(default)]
     pub tick_hz: u32,
-    /// Frequency error at start, parts per million (a crystal: ±10 to ±50).
+    /// Frequency error at start, parts per million (a crystal: ±10 to ±50); at most
+    /// ±10 000 in a scenario.
     #[serde(default)]
     pub error_ppm: f64,
-    /// Change of the frequency error, ppm per second (temperature drift).
+    /// Change of the frequency error, ppm per second (temperature drift); at most
+    /// [`MAX_DRIFT_PPM_PER_S`](crate::scenario::MAX_DRIFT_PPM_PER_S) either way in a
+    /// scenario.
     #[serde(default)]
     pub drift_ppm_per_s: f64,
-    /// Ticks already counted at true time 0 (the MCU booted earlier).
+    /// Ticks already counted at true time 0 (the MCU booted earlier); at most
+    /// [`MAX_UPTIME_S`](crate::gpu::MAX_UPTIME_S) of ticks in a scenario.
     #[serde(default)]
     pub offset_ticks: u64,
 }

@@ -72,7 +72,9 @@
 //! segment at that segment's power, `T ← T∞ + (T − T∞) · exp(−Δt / tau_s)` with
 //! `T∞ = ambient_c + r_c_per_w · P`, and the leakage of a segment is evaluated at the
 //! temperature at its start. Idle stretches and phases longer than `max_step_s` (default
-//! 1 ms) are cut into pieces of at most that length, so that `T` and the leakage follow;
+//! 1 ms) are cut into pieces of at most that length, so that `T` and the leakage follow
+//! (without a thermal model, pieces are cut at [`MAX_STRETCH_S`], which only a phase
+//! stretched by its time multipliers can reach);
 //! the leakage held over a piece instead of following `T` within it costs at most
 //! `r_c_per_w · L' · |dT/dt| · max_step_s / (1 − r_c_per_w · L')` in `T`, with `L'` the
 //! largest slope of the leakage in `T` (W/°C). The thermal model needs no power model:
@@ -128,7 +130,7 @@ use crate::trace::{Segment, Util};
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ConfigError {
     /// A numeric field out of its documented range.
-    #[error("{field} = {value}: {reason}")]
+    #[error("{field} = {value:?}: {reason}")]
     Invalid {
         /// Path of the field (e.g. `kernels[0].phases[1].duration_s`).
         field: String,
@@ -188,6 +190,67 @@ pub(crate) fn non_negative(field: impl FnOnce() -> String, value: f64) -> Result
     check(field, value, value >= 0.0, "must be finite and >= 0")
 }
 
+/// `value` finite and within `range`, or an error saying `reason`.
+pub(crate) fn within(
+    field: impl FnOnce() -> String,
+    value: f64,
+    range: std::ops::RangeInclusive<f64>,
+    reason: &'static str,
+) -> Result<(), ConfigError> {
+    check(field, value, range.contains(&value), reason)
+}
+
+/// A stretch of time: `0..=`[`MAX_STRETCH_S`].
+pub(crate) fn stretch(field: impl FnOnce() -> String, value: f64) -> Result<(), ConfigError> {
+    within(
+        field,
+        value,
+        0.0..=MAX_STRETCH_S,
+        "must be >= 0, at most 10 s",
+    )
+}
+
+/// The time multipliers allowed: `1 / MAX_TIME_FACTOR..=MAX_TIME_FACTOR`.
+fn time_factors() -> std::ops::RangeInclusive<f64> {
+    1.0 / MAX_TIME_FACTOR..=MAX_TIME_FACTOR
+}
+
+/// A time multiplier: within [`time_factors`].
+fn time_factor(field: impl FnOnce() -> String, value: f64) -> Result<(), ConfigError> {
+    within(field, value, time_factors(), "must be within 0.1 to 10")
+}
+
+/// The longest stretch of time one value of a scenario may give, s: a kernel phase, an
+/// idle step, a random delay, a launch overhead, a back-to-back gap, a DVFS switch, a
+/// counter read, a logger's period, window, delay or read. A profiling bench repeats its
+/// workload every few seconds (no such stretch in the shipped scenarios is above
+/// 110 ms), and ten seconds of any one of them is a bench left alone. It also bounds the
+/// twin's work: a stretch is one piece of power, and a logger reports over a piece all
+/// at once (at most 10 s / 10 µs = one million reports).
+pub const MAX_STRETCH_S: f64 = 10.0;
+
+/// The shortest kernel phase, s: 1 ns, a few cycles of a GPU's 1-3 GHz clock; no part of
+/// a kernel's run is shorter.
+pub const MIN_PHASE_S: f64 = 1e-9;
+
+/// The shortest idle step, s: 1 µs, as short as a host's sleep or a launch goes.
+pub const MIN_IDLE_S: f64 = 1e-6;
+
+/// The most executions in one back-to-back train: a million, ten seconds of 10 µs
+/// kernels (the shipped scenarios run at most 390).
+pub const MAX_TRAIN: u32 = 1_000_000;
+
+/// The most a time multiplier may stretch a kernel's time, or shrink it (by its
+/// inverse): a DVFS level's `time_scale`, a mode's `scale`, a warm-up's
+/// `first_time_scale`, an outlier's `outlier_scale`. A GPU's core clocks span about
+/// 0.3-3 GHz, and a kernel ten times slower or faster than its nominal time is another
+/// kernel.
+pub const MAX_TIME_FACTOR: f64 = 10.0;
+
+/// The longest a clock may have run before the twin starts, s: ten years of uptime. At
+/// the fastest counter allowed (10 GHz) that is 3.2e18 ticks, within 64 bits.
+pub const MAX_UPTIME_S: f64 = 10.0 * 365.25 * 86_400.0;
+
 fn half() -> f64 {
     0.5
 }
@@ -214,9 +277,11 @@ pub struct GpuConfig {
     #[serde(default)]
     pub idle_util: Util,
     /// Time from the host's launch call to the start of the kernel's first phase, in s
-    /// (the GPU idles meanwhile). Paid once per back-to-back train.
+    /// (the GPU idles meanwhile); `0..=`[`MAX_STRETCH_S`]. Paid once per back-to-back
+    /// train.
     pub launch_overhead_s: f64,
-    /// Idle gap between consecutive executions of one back-to-back train, in s; default 0.
+    /// Idle gap between consecutive executions of one back-to-back train, in s;
+    /// `0..=`[`MAX_STRETCH_S`]; default 0.
     #[serde(default)]
     pub back_to_back_gap_s: f64,
     /// DVFS levels (the first is the reference for derived scales); default: one nominal
@@ -225,8 +290,8 @@ pub struct GpuConfig {
     pub dvfs: Vec<DvfsLevel>,
     /// The GPU's timestamp counter and the cost of reading it from the host.
     pub clock: ClockConfig,
-    /// Time from a DVFS request to the new level taking effect, in s (>= 0). Default 0:
-    /// a launch's level applies at once.
+    /// Time from a DVFS request to the new level taking effect, in s;
+    /// `0..=`[`MAX_STRETCH_S`]. Default 0: a launch's level applies at once.
     #[serde(default)]
     pub dvfs_switch_latency_s: f64,
     /// The true power as a function of utilisation, frequency, voltage and temperature;
@@ -282,13 +347,16 @@ pub struct ThermalConfig {
     pub ambient_c: f64,
     /// Thermal resistance from die to ambient, in °C/W; >= 0.
     pub r_c_per_w: f64,
-    /// Thermal time constant, in s; > 0.
+    /// Thermal time constant, in s; > 0 and at most an hour (a die under its heatsink
+    /// settles in seconds to minutes; an hour is the room's).
     pub tau_s: f64,
     /// Temperature at true time 0, in °C; default `ambient_c`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initial_c: Option<f64>,
-    /// Longest piece of constant power, in s (> 0): longer idle stretches and phases are
-    /// cut so that the temperature and the leakage follow. Default 1 ms.
+    /// Longest piece of constant power, in s: longer idle stretches and phases are cut
+    /// so that the temperature and the leakage follow. Default 1 ms. From 10 µs (the
+    /// die's temperature moves in milliseconds, and the twin makes at most 100 000
+    /// pieces a second) to [`MAX_STRETCH_S`].
     #[serde(default = "default_max_step")]
     pub max_step_s: f64,
 }
@@ -311,12 +379,13 @@ fn is_absent(x: &f64) -> bool {
 pub struct DvfsLevel {
     /// Name that workload steps use to select the level.
     pub name: String,
-    /// Core clock frequency, in Hz.
+    /// Core clock frequency, in Hz; 1 MHz to 10 GHz (GPU cores clock at 0.1-3 GHz).
     pub frequency_hz: f64,
     /// Core voltage, in V.
     pub voltage_v: f64,
     /// Multiplier on the compute-bound share of every phase's duration (dimensionless);
-    /// default `f0 / frequency_hz` with `f0` the first level's frequency.
+    /// default `f0 / frequency_hz` with `f0` the first level's frequency. Given or
+    /// derived, within `1 / MAX_TIME_FACTOR..=MAX_TIME_FACTOR` ([`MAX_TIME_FACTOR`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_scale: Option<f64>,
     /// Multiplier on every phase's dynamic power, the part above `idle_power_w`
@@ -333,19 +402,23 @@ pub struct DvfsLevel {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClockConfig {
-    /// Nominal counting rate, in Hz (ticks per second of the counter's own time).
+    /// Nominal counting rate, in Hz (ticks per second of the counter's own time); 1 kHz
+    /// to 10 GHz (GPU counters count at 25 MHz to 1 GHz).
     pub rate_hz: f64,
-    /// Counter time at true time 0, in s; must be >= 0 (the counter is unsigned). Default 0.
+    /// Counter time at true time 0, in s; must be >= 0 (the counter is unsigned), and at
+    /// most [`MAX_UPTIME_S`]. Default 0.
     #[serde(default)]
     pub offset_s: f64,
     /// Rate error against true time, in parts per million (positive: counts fast).
     /// Default 0.
     #[serde(default)]
     pub drift_ppm: f64,
-    /// Fixed time a host read of the counter takes, from issue to return, in s. Default 0.
+    /// Fixed time a host read of the counter takes, from issue to return, in s;
+    /// `0..=`[`MAX_STRETCH_S`]. Default 0.
     #[serde(default)]
     pub read_latency_s: f64,
-    /// Extra read time drawn uniformly in `[0, read_jitter_s]` per read, in s. Default 0.
+    /// Extra read time drawn uniformly in `[0, read_jitter_s]` per read, in s;
+    /// `0..=`[`MAX_STRETCH_S`]. Default 0.
     #[serde(default)]
     pub read_jitter_s: f64,
     /// Where in `[issue, return]` the counter is latched, as a fraction in `0..=1`
@@ -377,7 +450,7 @@ pub struct KernelConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PhaseConfig {
-    /// Nominal duration, in s; > 0.
+    /// Nominal duration, in s; [`MIN_PHASE_S`] to [`MAX_STRETCH_S`].
     pub duration_s: f64,
     /// Board power during the phase, in W (total, idle included); >= 0. Required without
     /// [`GpuConfig::power_model`], refused with it (the power then follows from `util`);
@@ -399,8 +472,9 @@ pub struct TimeDistribution {
     /// Probability that an execution is an outlier, in `0..=1`. Default 0.
     #[serde(default)]
     pub outlier_probability: f64,
-    /// Mean multiplier of an outlier's time, >= 1 (dimensionless); an outlier's extra
-    /// factor is `1 + (outlier_scale - 1) * Exp(1)`. Default 2.
+    /// Mean multiplier of an outlier's time, from 1 to [`MAX_TIME_FACTOR`]
+    /// (dimensionless); an outlier's extra factor is `1 + (outlier_scale - 1) * Exp(1)`.
+    /// Default 2.
     #[serde(default = "default_outlier_scale")]
     pub outlier_scale: f64,
 }
@@ -429,10 +503,12 @@ impl Default for TimeDistribution {
 pub struct TimeMode {
     /// Relative weight, >= 0 (the weights need not sum to 1; at least one must be > 0).
     pub weight: f64,
-    /// Mean multiplier on the nominal duration, > 0 (dimensionless).
+    /// Mean multiplier on the nominal duration (dimensionless), within
+    /// `1 / MAX_TIME_FACTOR..=MAX_TIME_FACTOR` ([`MAX_TIME_FACTOR`]).
     pub scale: f64,
-    /// Relative standard deviation of the multiplier, >= 0 (dimensionless): the mode's
-    /// multiplier is `scale * (1 + spread * N(0, 1))`.
+    /// Relative standard deviation of the multiplier, 0 to 1 (dimensionless; a mode is a
+    /// peak of the times, and one wider than its mean is none): the mode's multiplier is
+    /// `scale * (1 + spread * N(0, 1))`.
     #[serde(default)]
     pub spread: f64,
 }
@@ -443,10 +519,11 @@ pub struct TimeMode {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Warmup {
-    /// Time multiplier of the first execution of a train, > 0 (dimensionless). Default 1.
+    /// Time multiplier of the first execution of a train (dimensionless), within
+    /// `1 / MAX_TIME_FACTOR..=MAX_TIME_FACTOR` ([`MAX_TIME_FACTOR`]). Default 1.
     #[serde(default = "one")]
     pub first_time_scale: f64,
-    /// Settling constant, in executions (> 0). Default 1.
+    /// Settling constant, in executions: > 0, at most a train's [`MAX_TRAIN`]. Default 1.
     #[serde(default = "one")]
     pub settle_executions: f64,
 }
@@ -470,7 +547,8 @@ pub struct PowerSettling {
     /// (dimensionless; < 1: the early, stable-time executions draw less). Default 1.
     #[serde(default = "one")]
     pub sse_to_ssp_ratio: f64,
-    /// Settling time constant, in s of back-to-back running (> 0). Default 1 ms.
+    /// Settling time constant, in s of back-to-back running: > 0, at most
+    /// [`MAX_STRETCH_S`]. Default 1 ms.
     #[serde(default = "default_settle_tau")]
     pub tau_s: f64,
 }
@@ -502,20 +580,22 @@ pub struct WorkloadConfig {
 pub enum Step {
     /// Idle for a while.
     Idle {
-        /// How long, in s; > 0.
+        /// How long, in s; [`MIN_IDLE_S`] to [`MAX_STRETCH_S`].
         duration_s: f64,
     },
     /// After a random delay, launch a kernel `count` times back to back.
     Launch {
         /// Name of the kernel (a [`KernelConfig::name`]).
         kernel: String,
-        /// Executions in the train, >= 1. Default 1.
+        /// Executions in the train, 1 to [`MAX_TRAIN`]. Default 1.
         #[serde(default = "one_u32")]
         count: u32,
-        /// Shortest random delay before the launch, in s; >= 0. Default 0.
+        /// Shortest random delay before the launch, in s; `0..=`[`MAX_STRETCH_S`].
+        /// Default 0.
         #[serde(default)]
         min_delay_s: f64,
-        /// Longest random delay before the launch, in s; >= `min_delay_s`. Default 0.
+        /// Longest random delay before the launch, in s; from `min_delay_s` to
+        /// [`MAX_STRETCH_S`]. Default 0.
         #[serde(default)]
         max_delay_s: f64,
         /// Name of the DVFS level (a [`DvfsLevel::name`]); default: the first level.
@@ -593,16 +673,29 @@ impl GpuConfig {
         if !self.idle_util.is_valid() {
             return Err(ConfigError::Structure {
                 field: "gpu.idle_util".into(),
-                reason: "every fraction must be within 0..=1".into(),
+                reason: "every fraction must be within 0 to 1".into(),
             });
         }
-        non_negative(|| "gpu.launch_overhead_s".into(), self.launch_overhead_s)?;
-        non_negative(|| "gpu.back_to_back_gap_s".into(), self.back_to_back_gap_s)?;
+        stretch(|| "gpu.launch_overhead_s".into(), self.launch_overhead_s)?;
+        stretch(|| "gpu.back_to_back_gap_s".into(), self.back_to_back_gap_s)?;
         for (i, level) in self.dvfs.iter().enumerate() {
-            positive(|| format!("gpu.dvfs[{i}].frequency_hz"), level.frequency_hz)?;
+            within(
+                || format!("gpu.dvfs[{i}].frequency_hz"),
+                level.frequency_hz,
+                1e6..=1e10,
+                "must be within 1 MHz to 10 GHz",
+            )?;
             positive(|| format!("gpu.dvfs[{i}].voltage_v"), level.voltage_v)?;
             if let Some(s) = level.time_scale {
-                positive(|| format!("gpu.dvfs[{i}].time_scale"), s)?;
+                time_factor(|| format!("gpu.dvfs[{i}].time_scale"), s)?;
+            } else if let Some(first) = self.dvfs.first() {
+                check(
+                    || format!("gpu.dvfs[{i}].frequency_hz"),
+                    level.frequency_hz,
+                    time_factors().contains(&(first.frequency_hz / level.frequency_hz)),
+                    "must be within a factor of 10 of the first level's (its time_scale, \
+                     f0 / frequency_hz, is within 0.1 to 10)",
+                )?;
             }
             if let Some(s) = level.power_scale {
                 non_negative(|| format!("gpu.dvfs[{i}].power_scale"), s)?;
@@ -623,7 +716,7 @@ impl GpuConfig {
             }
         }
         self.clock.validate()?;
-        non_negative(
+        stretch(
             || "gpu.dvfs_switch_latency_s".into(),
             self.dvfs_switch_latency_s,
         )?;
@@ -650,7 +743,7 @@ impl GpuConfig {
                 || "gpu.power_model.leak_per_c".into(),
                 m.leak_per_c,
                 (0.0..=1.0).contains(&m.leak_per_c),
-                "must be within 0..=1 (per °C)",
+                "must be within 0 to 1 (per °C)",
             )?;
             check(
                 || "gpu.power_model.t_ref_c".into(),
@@ -667,7 +760,12 @@ impl GpuConfig {
                 "must be finite and above -273.15 °C",
             )?;
             non_negative(|| "gpu.thermal.r_c_per_w".into(), t.r_c_per_w)?;
-            positive(|| "gpu.thermal.tau_s".into(), t.tau_s)?;
+            check(
+                || "gpu.thermal.tau_s".into(),
+                t.tau_s,
+                t.tau_s > 0.0 && t.tau_s <= 3600.0,
+                "must be finite and > 0, at most 3600 s",
+            )?;
             if let Some(c) = t.initial_c {
                 check(
                     || "gpu.thermal.initial_c".into(),
@@ -676,7 +774,12 @@ impl GpuConfig {
                     "must be finite and above -273.15 °C",
                 )?;
             }
-            positive(|| "gpu.thermal.max_step_s".into(), t.max_step_s)?;
+            within(
+                || "gpu.thermal.max_step_s".into(),
+                t.max_step_s,
+                1e-5..=MAX_STRETCH_S,
+                "must be > 0: within 10 µs to 10 s",
+            )?;
         }
         Ok(())
     }
@@ -704,21 +807,31 @@ impl GpuConfig {
 impl ClockConfig {
     /// Checks every field against its documented range.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        positive(|| "gpu.clock.rate_hz".into(), self.rate_hz)?;
-        non_negative(|| "gpu.clock.offset_s".into(), self.offset_s)?;
+        within(
+            || "gpu.clock.rate_hz".into(),
+            self.rate_hz,
+            1e3..=1e10,
+            "must be within 1 kHz to 10 GHz",
+        )?;
+        within(
+            || "gpu.clock.offset_s".into(),
+            self.offset_s,
+            0.0..=MAX_UPTIME_S,
+            "must be >= 0, at most ten years (3.16e8 s)",
+        )?;
         check(
             || "gpu.clock.drift_ppm".into(),
             self.drift_ppm,
             self.drift_ppm.abs() < 1e5,
             "must be finite and within ±1e5 ppm",
         )?;
-        non_negative(|| "gpu.clock.read_latency_s".into(), self.read_latency_s)?;
-        non_negative(|| "gpu.clock.read_jitter_s".into(), self.read_jitter_s)?;
+        stretch(|| "gpu.clock.read_latency_s".into(), self.read_latency_s)?;
+        stretch(|| "gpu.clock.read_jitter_s".into(), self.read_jitter_s)?;
         check(
             || "gpu.clock.read_latch_fraction".into(),
             self.read_latch_fraction,
             (0.0..=1.0).contains(&self.read_latch_fraction),
-            "must be within 0..=1",
+            "must be within 0 to 1",
         )
     }
 }
@@ -785,9 +898,11 @@ impl KernelConfig {
             });
         }
         for (j, p) in self.phases.iter().enumerate() {
-            positive(
+            within(
                 || format!("kernels[{i}].phases[{j}].duration_s"),
                 p.duration_s,
+                MIN_PHASE_S..=MAX_STRETCH_S,
+                "must be within 1 ns to 10 s",
             )?;
             // An absent power_w (NaN) is checked against the power model by `Gpu::new`.
             if !p.power_w.is_nan() {
@@ -796,7 +911,7 @@ impl KernelConfig {
             if !p.util.is_valid() {
                 return Err(ConfigError::Structure {
                     field: format!("kernels[{i}].phases[{j}].util"),
-                    reason: "every fraction must be within 0..=1".into(),
+                    reason: "every fraction must be within 0 to 1".into(),
                 });
             }
         }
@@ -809,8 +924,13 @@ impl KernelConfig {
         }
         for (j, m) in t.modes.iter().enumerate() {
             non_negative(|| format!("kernels[{i}].time.modes[{j}].weight"), m.weight)?;
-            positive(|| format!("kernels[{i}].time.modes[{j}].scale"), m.scale)?;
-            non_negative(|| format!("kernels[{i}].time.modes[{j}].spread"), m.spread)?;
+            time_factor(|| format!("kernels[{i}].time.modes[{j}].scale"), m.scale)?;
+            within(
+                || format!("kernels[{i}].time.modes[{j}].spread"),
+                m.spread,
+                0.0..=1.0,
+                "must be within 0 to 1",
+            )?;
         }
         let total: f64 = t.modes.iter().map(|m| m.weight).sum();
         positive(
@@ -821,29 +941,34 @@ impl KernelConfig {
             || format!("kernels[{i}].time.outlier_probability"),
             t.outlier_probability,
             (0.0..=1.0).contains(&t.outlier_probability),
-            "must be within 0..=1",
+            "must be within 0 to 1",
         )?;
-        check(
+        within(
             || format!("kernels[{i}].time.outlier_scale"),
             t.outlier_scale,
-            t.outlier_scale >= 1.0,
-            "must be finite and >= 1",
+            1.0..=MAX_TIME_FACTOR,
+            "must be within 1 to 10",
         )?;
-        positive(
+        time_factor(
             || format!("kernels[{i}].warmup.first_time_scale"),
             self.warmup.first_time_scale,
         )?;
-        positive(
+        check(
             || format!("kernels[{i}].warmup.settle_executions"),
             self.warmup.settle_executions,
+            self.warmup.settle_executions > 0.0
+                && self.warmup.settle_executions <= f64::from(MAX_TRAIN),
+            "must be finite and > 0, at most 1000000",
         )?;
         positive(
             || format!("kernels[{i}].power_settling.sse_to_ssp_ratio"),
             self.power_settling.sse_to_ssp_ratio,
         )?;
-        positive(
+        check(
             || format!("kernels[{i}].power_settling.tau_s"),
             self.power_settling.tau_s,
+            self.power_settling.tau_s > 0.0 && self.power_settling.tau_s <= MAX_STRETCH_S,
+            "must be finite and > 0, at most 10 s",
         )
     }
 }
@@ -1193,7 +1318,8 @@ pub struct Gpu {
     settled_s: f64,
     /// Temperature at `generated_s`, °C (see [`SegmentState::temperature_c`]).
     temperature_c: Option<f64>,
-    /// Longest segment generated: `thermal.max_step_s` with a thermal model, else infinite.
+    /// Longest segment generated: `thermal.max_step_s` with a thermal model, else
+    /// [`MAX_STRETCH_S`].
     max_piece_s: f64,
     last_state: Option<SegmentState>,
 }
@@ -1296,7 +1422,12 @@ impl Gpu {
         for (i, step) in workload.steps.iter().enumerate() {
             steps.push(match step {
                 Step::Idle { duration_s } => {
-                    positive(|| format!("workload.steps[{i}].duration_s"), *duration_s)?;
+                    within(
+                        || format!("workload.steps[{i}].duration_s"),
+                        *duration_s,
+                        MIN_IDLE_S..=MAX_STRETCH_S,
+                        "must be within 1 µs to 10 s",
+                    )?;
                     ResolvedStep::Idle {
                         duration_s: *duration_s,
                     }
@@ -1315,18 +1446,18 @@ impl Gpu {
                             step: i,
                             name: kernel.clone(),
                         })?;
-                    if *count == 0 {
+                    if !(1..=MAX_TRAIN).contains(count) {
                         return Err(ConfigError::Structure {
                             field: format!("workload.steps[{i}].count"),
-                            reason: "must be >= 1".into(),
+                            reason: format!("must be within 1 to {MAX_TRAIN}, not {count}"),
                         });
                     }
-                    non_negative(|| format!("workload.steps[{i}].min_delay_s"), *min_delay_s)?;
+                    stretch(|| format!("workload.steps[{i}].min_delay_s"), *min_delay_s)?;
                     check(
                         || format!("workload.steps[{i}].max_delay_s"),
                         *max_delay_s,
-                        max_delay_s >= min_delay_s,
-                        "must be finite and >= min_delay_s",
+                        max_delay_s >= min_delay_s && *max_delay_s <= MAX_STRETCH_S,
+                        "must be finite and >= min_delay_s, at most 10 s",
                     )?;
                     let level = match dvfs {
                         None => 0,
@@ -1368,7 +1499,7 @@ impl Gpu {
             (None, Some(m)) => Some(m.t_ref_c),
             (None, None) => None,
         };
-        let max_piece_s = gpu.thermal.as_ref().map_or(f64::INFINITY, |t| t.max_step_s);
+        let max_piece_s = gpu.thermal.as_ref().map_or(MAX_STRETCH_S, |t| t.max_step_s);
         Ok(Gpu {
             config: gpu,
             kernels,
@@ -1591,11 +1722,7 @@ impl Gpu {
             .switches
             .front()
             .map_or(f64::INFINITY, |s| s.effective_s);
-        if self.max_piece_s.is_finite() {
-            next.min(t_s + self.max_piece_s)
-        } else {
-            next
-        }
+        next.min(t_s + self.max_piece_s)
     }
 
     fn state(&self) -> SegmentState {

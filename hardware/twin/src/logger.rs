@@ -81,35 +81,53 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use crate::gpu::{
-    check, non_negative, positive, ConfigError, GpuClock, SegmentState, ThermalConfig,
+    check, non_negative, positive, stretch, within, ConfigError, GpuClock, SegmentState,
+    ThermalConfig, MAX_STRETCH_S,
 };
 use crate::trace::{Segment, TraceError};
+
+/// The shortest reporting period, s: 10 µs. The loggers modelled report every 1 ms
+/// (amdgpu's `gpu_metrics`) to 100 ms (NVML); a board sensor read at 100 kHz is already
+/// faster than any GPU's, and each report costs the twin a sum over the power it reaches.
+pub const MIN_PERIOD_S: f64 = 1e-5;
+
+/// The most samples of a `response` logger: 1000, a staircase finer than any response an
+/// identification resolves (each report sums over every sample).
+pub const MAX_RESPONSE_SAMPLES: usize = 1000;
+
+/// How many reporting periods a `box`, `partial` or `response` logger may reach back: a
+/// thousand. The loggers modelled average over one period or less (a sliding average of
+/// a second reported every millisecond is a thousand); each report sums the power over
+/// its reach, so this bounds the twin's work per second of reports.
+pub const MAX_REACH_PERIODS: f64 = 1000.0;
 
 /// The response model of a logger (see the [module documentation](self)).
 #[derive(Debug, Clone, PartialEq)]
 pub enum LoggerModel {
     /// Box average of width `window_s`, any width.
     Box {
-        /// Width of the averaging window, in s; > 0.
+        /// Width of the averaging window, in s; 1 µs to 10 s.
         window_s: f64,
     },
     /// Box average of width `window_s` no longer than the period: only `window_s /
     /// period_s` of the time is seen.
     Partial {
-        /// Width of the averaging window, in s; in `(0, period_s]`.
+        /// Width of the averaging window, in s; 1 µs to `period_s`.
         window_s: f64,
     },
     /// First-order low pass.
     Exponential {
-        /// Time constant, in s; > 0.
+        /// Time constant, in s; 1 µs to 10 s.
         tau_s: f64,
     },
     /// An arbitrary staircase impulse response, normalised to unit area by the logger.
     Response {
         /// The response's values, sample 0 acting on the most recent input, in any unit
-        /// (only the shape matters); their sum must be > 0.
+        /// (only the shape matters); 1 to [`MAX_RESPONSE_SAMPLES`] of them, summing to
+        /// more than 0.
         samples: Vec<f64>,
-        /// Width of each sample's step, in s; > 0.
+        /// Width of each sample's step, in s; 1 µs to 10 s, and the whole response
+        /// (`samples.len() * spacing_s`) at most 10 s.
         spacing_s: f64,
     },
 }
@@ -135,7 +153,7 @@ pub enum StampConfig {
     GpuClock,
     /// The host's read: the true time at which the read of the value returned.
     HostRead {
-        /// Time from the report instant to the host's read returning, in s; >= 0.
+        /// Time from the report instant to the host's read returning, in s; 0 to 10 s.
         read_latency_s: f64,
     },
 }
@@ -148,11 +166,12 @@ pub enum StampConfig {
 pub struct LoggerConfig {
     /// The response model.
     pub model: LoggerModel,
-    /// Reporting period `P`, in s; > 0.
+    /// Reporting period `P`, in s; [`MIN_PERIOD_S`] to 10 s, and at least
+    /// `1 / MAX_REACH_PERIODS` of the window or response ([`MAX_REACH_PERIODS`]).
     pub period_s: f64,
-    /// True time of report 0, in s; >= 0. Default `period_s`.
+    /// True time of report 0, in s; 0 to 10 s. Default `period_s`.
     pub phase_s: f64,
-    /// Delay between the input and the report, in s; >= 0. Default 0.
+    /// Delay between the input and the report, in s; 0 to 10 s. Default 0.
     pub delay_s: f64,
     /// Multiplier on the response (dimensionless). Default 1.
     pub gain: f64,
@@ -346,23 +365,44 @@ impl LoggerConfig {
     }
 
     /// Checks every field against its documented range.
+    ///
+    /// Loggers report every 10 µs ([`MIN_PERIOD_S`]) to 10 s ([`MAX_STRETCH_S`]), and
+    /// every time they give (window, time constant, step, phase, delay, read) is within
+    /// 1 µs..=10 s or, for the phase, delay and read, 0..=10 s; see also
+    /// [`MAX_RESPONSE_SAMPLES`] and [`MAX_REACH_PERIODS`].
     pub fn validate(&self) -> Result<(), ConfigError> {
-        positive(|| "logger.period_s".into(), self.period_s)?;
+        within(
+            || "logger.period_s".into(),
+            self.period_s,
+            MIN_PERIOD_S..=MAX_STRETCH_S,
+            "must be within 10 µs to 10 s",
+        )?;
+        let duration = |field: &'static str, value: f64| {
+            within(
+                || format!("logger.{field}"),
+                value,
+                1e-6..=MAX_STRETCH_S,
+                "must be > 0: within 1 µs to 10 s",
+            )
+        };
         match &self.model {
-            LoggerModel::Box { window_s } => positive(|| "logger.window_s".into(), *window_s)?,
+            LoggerModel::Box { window_s } => duration("window_s", *window_s)?,
             LoggerModel::Partial { window_s } => check(
                 || "logger.window_s".into(),
                 *window_s,
-                *window_s > 0.0 && *window_s <= self.period_s,
-                "must be > 0 and <= period_s for kind = \"partial\"",
+                *window_s >= 1e-6 && *window_s <= self.period_s,
+                "must be > 0 (1 µs at least) and <= period_s for kind = \"partial\"",
             )?,
-            LoggerModel::Exponential { tau_s } => positive(|| "logger.tau_s".into(), *tau_s)?,
+            LoggerModel::Exponential { tau_s } => duration("tau_s", *tau_s)?,
             LoggerModel::Response { samples, spacing_s } => {
-                positive(|| "logger.spacing_s".into(), *spacing_s)?;
-                if samples.is_empty() {
+                duration("spacing_s", *spacing_s)?;
+                if samples.is_empty() || samples.len() > MAX_RESPONSE_SAMPLES {
                     return Err(ConfigError::Structure {
                         field: "logger.samples".into(),
-                        reason: "at least one sample is needed".into(),
+                        reason: format!(
+                            "1 to {MAX_RESPONSE_SAMPLES} samples are needed, not {}",
+                            samples.len()
+                        ),
                     });
                 }
                 for (i, s) in samples.iter().enumerate() {
@@ -377,10 +417,29 @@ impl LoggerConfig {
                     || "logger.samples (sum)".into(),
                     samples.iter().sum::<f64>(),
                 )?;
+                check(
+                    || "logger.spacing_s".into(),
+                    *spacing_s,
+                    self.model.support_s() <= MAX_STRETCH_S,
+                    "the response (its samples × spacing_s) must reach back at most 10 s",
+                )?;
             }
         }
-        non_negative(|| "logger.phase_s".into(), self.phase_s)?;
-        non_negative(|| "logger.delay_s".into(), self.delay_s)?;
+        if !matches!(self.model, LoggerModel::Exponential { .. }) {
+            let reach = self.model.support_s();
+            if reach > MAX_REACH_PERIODS * self.period_s {
+                return Err(ConfigError::Structure {
+                    field: "logger.period_s".into(),
+                    reason: format!(
+                        "the logger reaches back {reach} s, more than {MAX_REACH_PERIODS} \
+                         periods: report at least every {} s",
+                        reach / MAX_REACH_PERIODS
+                    ),
+                });
+            }
+        }
+        stretch(|| "logger.phase_s".into(), self.phase_s)?;
+        stretch(|| "logger.delay_s".into(), self.delay_s)?;
         check(|| "logger.gain".into(), self.gain, true, "must be finite")?;
         check(
             || "logger.offset_w".into(),
@@ -390,7 +449,7 @@ impl LoggerConfig {
         )?;
         non_negative(|| "logger.quantum_w".into(), self.quantum_w)?;
         if let StampConfig::HostRead { read_latency_s } = self.stamp {
-            non_negative(|| "logger.stamp.read_latency_s".into(), read_latency_s)?;
+            stretch(|| "logger.stamp.read_latency_s".into(), read_latency_s)?;
         }
         Ok(())
     }

@@ -47,10 +47,11 @@ const EDGE_QUEUE: usize = 256;
 pub struct TriggerPathConfig {
     /// Mean delay from the host driving a trigger line to the rig's capture, s (counted
     /// from the host's call; the capture's timestamp is exact whenever the edge is
-    /// processed).
+    /// processed). 0 to [`MAX_TRIGGER_S`](crate::scenario::MAX_TRIGGER_S) in a scenario.
     #[serde(default)]
     pub latency_s: f64,
     /// RMS jitter of that delay, s (Gaussian; a delay that would come out negative is 0).
+    /// 0 to [`MAX_TRIGGER_S`](crate::scenario::MAX_TRIGGER_S) in a scenario.
     #[serde(default)]
     pub jitter_s: f64,
 }
@@ -67,7 +68,8 @@ pub struct FaultConfig {
     #[serde(default)]
     pub drop_byte_probability: f64,
     /// Frames are corrupted or truncated only until this long after the twin starts, s
-    /// (none: for ever).
+    /// (none: for ever). This and the other times of faults: 0 to
+    /// [`MAX_FAULT_S`](crate::scenario::MAX_FAULT_S) in a scenario.
     #[serde(default)]
     pub damage_until_s: Option<f64>,
     /// The link goes away this long after the twin starts, s (the pseudo-terminal
@@ -84,7 +86,8 @@ pub struct FaultConfig {
     pub reset_after_s: Option<f64>,
     /// Bytes per second the link carries (a slow host reader or a slow UART); none = as
     /// fast as the pseudo-terminal goes. Too slow a link makes the device drop blocks,
-    /// counted.
+    /// counted. Within [`LINK_BYTES_PER_S`](crate::scenario::LINK_BYTES_PER_S) in a
+    /// scenario.
     #[serde(default)]
     pub link_bytes_per_s: Option<f64>,
 }
@@ -240,10 +243,7 @@ impl Mcu {
         F: FnMut() -> Segment + 'static,
         H: FnOnce() -> Result<Hardware<F>, TwinError> + Send + 'static,
     {
-        static STARTED: AtomicU32 = AtomicU32::new(0);
-        let n = STARTED.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("railtrace-twin-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
+        let dir = private_dir(&std::env::temp_dir(), random_u64)?;
         let path = dir.join("tty");
         let pty = Pty::open()?;
         link(pty.path(), &path)?;
@@ -383,6 +383,39 @@ impl Drop for Mcu {
     fn drop(&mut self) {
         let _ = self.shutdown();
     }
+}
+
+/// Makes the folder of the device's serial port under `parent`: a new directory named
+/// `railtrace-twin-` and 16 hex digits from `suffix`, that only this user may enter (mode
+/// 0700). It is always made anew: a name taken already (by a file, a directory, or a link
+/// someone planted to redirect the port) is passed over for the next draw.
+fn private_dir(
+    parent: &Path,
+    mut suffix: impl FnMut() -> std::io::Result<u64>,
+) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    for _ in 0..64 {
+        let dir = parent.join(format!("railtrace-twin-{:016x}", suffix()?));
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            made => return made.map(|()| dir),
+        }
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::AlreadyExists,
+        format!(
+            "no free name for the serial port's folder in {}",
+            parent.display()
+        ),
+    ))
+}
+
+/// 64 bits from the system's random source.
+fn random_u64() -> std::io::Result<u64> {
+    use std::io::Read;
+    let mut bytes = [0; 8];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(u64::from_le_bytes(bytes))
 }
 
 /// Points `link` at `target`, replacing what was there.
@@ -855,5 +888,39 @@ fn main_thread(
         // A reset: the sample timer stops, the firmware starts over with its queues.
         board.stop_sampling();
         queues = device.into_queues();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_ports_folder_is_made_anew_private_and_never_through_a_planted_name() {
+        let parent =
+            std::env::temp_dir().join(format!("railtrace-port-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&parent);
+        std::fs::create_dir(&parent).unwrap();
+        let elsewhere = parent.join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        // Someone who guessed the first two draws planted a link and a folder there.
+        let name = |n: u64| parent.join(format!("railtrace-twin-{n:016x}"));
+        std::os::unix::fs::symlink(&elsewhere, name(1)).unwrap();
+        std::fs::create_dir(name(2)).unwrap();
+        let mut draws = [1, 2, 3].into_iter();
+        let dir = private_dir(&parent, || Ok(draws.next().unwrap_or(4))).unwrap();
+        assert_eq!(dir, name(3));
+        let meta = std::fs::symlink_metadata(&dir).unwrap();
+        assert!(meta.is_dir(), "{meta:?}");
+        assert_eq!(meta.permissions().mode() & 0o7777, 0o700);
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+        // Names taken all the way: refused, not followed.
+        let e = private_dir(&parent, || Ok(1)).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists, "{e}");
+        // The draws the twin uses are its system's random numbers.
+        let (a, b) = (random_u64().unwrap(), random_u64().unwrap());
+        assert_ne!(a, b);
+        std::fs::remove_dir_all(&parent).unwrap();
     }
 }

@@ -165,7 +165,8 @@ pub struct ChannelDescription {
     /// Volts at the ADC per ampere (current) or per volt of the rail (voltage, i.e. the
     /// divider ratio).
     pub sensitivity: f64,
-    /// Nominal bandwidth of the sensor, Hz (first-order).
+    /// Nominal bandwidth of the sensor, Hz (first-order); within
+    /// [`SENSOR_BANDWIDTH_HZ`](crate::scenario::SENSOR_BANDWIDTH_HZ).
     pub bandwidth_hz: f64,
 }
 
@@ -239,13 +240,17 @@ impl RigDescription {
                     rail: c.rail.clone(),
                 });
             }
-            for (what, v) in [
-                ("sensitivity", c.sensitivity),
-                ("bandwidth_hz", c.bandwidth_hz),
-            ] {
-                if !(v.is_finite() && v > 0.0) {
-                    return Err(RigError::NotPositive(format!("channel {} {what}", c.index)));
-                }
+            if !(c.sensitivity.is_finite() && c.sensitivity > 0.0) {
+                return Err(RigError::NotPositive(format!(
+                    "channel {} sensitivity",
+                    c.index
+                )));
+            }
+            if !crate::scenario::SENSOR_BANDWIDTH_HZ.contains(&c.bandwidth_hz) {
+                return Err(RigError::Mismatch(format!(
+                    "channel {}: bandwidth_hz must be within 1 Hz to 1 GHz, not {:?}",
+                    c.index, c.bandwidth_hz
+                )));
             }
         }
         for r in &self.rails {
@@ -482,7 +487,8 @@ pub fn summary(rig: &RigDescription) -> String {
 pub struct RigTruth {
     /// Time constant of the GPU board's input filter as seen from the rails (its input
     /// capacitance against the rail's impedance), s: the rail current is the GPU's
-    /// current through a first-order low-pass of this time constant.
+    /// current through a first-order low-pass of this time constant. 0 (none) to
+    /// [`MAX_INPUT_TAU_S`](crate::scenario::MAX_INPUT_TAU_S) in a scenario.
     #[serde(default = "default_input_tau")]
     pub input_tau_s: f64,
     /// Per rail, in the order of the description's rails.
@@ -527,7 +533,8 @@ pub struct ChannelTruth {
     /// White noise at the ADC input, V RMS per sample.
     #[serde(default)]
     pub noise_v_rms: f64,
-    /// Real bandwidth, Hz (default: the nominal one).
+    /// Real bandwidth, Hz (default: the nominal one); within
+    /// [`SENSOR_BANDWIDTH_HZ`](crate::scenario::SENSOR_BANDWIDTH_HZ) in a scenario.
     #[serde(default)]
     pub bandwidth_hz: Option<f64>,
 }

@@ -2,12 +2,13 @@
 //! `hardware/twin/SCENARIOS.md`; examples in `hardware/scenarios/`). A malformed scenario
 //! gets an error naming the file, the line and the field.
 
+use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
 use crate::clock::McuClockConfig;
-use crate::gpu::{ConfigError, GpuConfig, KernelConfig, WorkloadConfig};
+use crate::gpu::{ConfigError, GpuConfig, KernelConfig, WorkloadConfig, MAX_UPTIME_S};
 use crate::logger::LoggerConfig;
 use crate::mcu::{FaultConfig, FirmwareConfig, TriggerPathConfig};
 use crate::rig::{RigDescription, RigTruth};
@@ -18,6 +19,33 @@ pub const DEFAULT_SCENARIO: &str = include_str!("../../scenarios/default.toml");
 /// The rig the default scenario names: the fast rig (AD7606C-16 on a Teensy 4.1, USB high
 /// speed).
 pub const DEFAULT_RIG: &str = include_str!("../../rigs/pcie-2x8pin-hs.toml");
+
+/// The longest a trigger edge may take from the host to the rig, and its RMS jitter, s:
+/// 1 s. An edge reaches a rig in microseconds (a GPIO) to milliseconds (a USB-serial
+/// adapter's latency timer, 255 ms at most); a second is a trigger path that is broken.
+pub const MAX_TRIGGER_S: f64 = 1.0;
+
+/// The latest a fault may come, and the longest the link may stay away, s: a week,
+/// longer than a bench session runs.
+pub const MAX_FAULT_S: f64 = 7.0 * 86_400.0;
+
+/// An injected link's rate, bytes/s: from 100 (a 1000-baud line, a sample frame every ten
+/// seconds) to 1e9 (above any link the twin models; the rig's own link caps it anyway).
+pub const LINK_BYTES_PER_S: RangeInclusive<f64> = 100.0..=1e9;
+
+/// The longest time constant of the GPU board's input filter as seen from the rails, s:
+/// 1 s. Its input capacitance against the rails' impedance settles in microseconds.
+pub const MAX_INPUT_TAU_S: f64 = 1.0;
+
+/// A sensor's real bandwidth, Hz: 1 Hz to 1 GHz. The current sensors and dividers of a
+/// bench have kHz to MHz.
+pub const SENSOR_BANDWIDTH_HZ: RangeInclusive<f64> = 1.0..=1e9;
+
+/// The largest drift of the MCU clock's frequency error, ppm/s: 1. A crystal's frequency
+/// moves well under 1 ppm per °C, and a board warms well under 1 °C a second. (The model's
+/// drift is linear: at this bound a clock still runs at 40 % of its rate after a week,
+/// longer than a bench session.)
+pub const MAX_DRIFT_PPM_PER_S: f64 = 1.0;
 
 /// A whole bench.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -91,14 +119,14 @@ pub fn load(path: &Path) -> Result<Loaded, ScenarioError> {
 /// file `rig` (the one the scenario names when none).
 pub fn load_with(path: Option<&Path>, rig: Option<&Path>) -> Result<Loaded, ScenarioError> {
     let read_rig = |rig_path: &Path| {
-        std::fs::read_to_string(rig_path)
+        read_text(rig_path)
             .map(|t| (rig_path.display().to_string(), t))
             .map_err(|e| format!("cannot read the rig {}: {e}", rig_path.display()))
     };
     // A rig given apart from the scenario is read first, so that its errors name it alone.
     let chosen = rig
         .map(|r| {
-            std::fs::read_to_string(r)
+            read_text(r)
                 .map(|t| (r.display().to_string(), t))
                 .map_err(|e| ScenarioError {
                     file: r.display().to_string(),
@@ -117,7 +145,7 @@ pub fn load_with(path: Option<&Path>, rig: Option<&Path>) -> Result<Loaded, Scen
         });
         return parse("<built-in default scenario>", DEFAULT_SCENARIO, |_| Ok(rig));
     };
-    let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
+    let text = read_text(path).map_err(|e| ScenarioError {
         file: path.display().to_string(),
         line: None,
         field: String::new(),
@@ -128,6 +156,45 @@ pub fn load_with(path: Option<&Path>, rig: Option<&Path>) -> Result<Loaded, Scen
         Some(c) => Ok(c),
         None => read_rig(&base.join(named)),
     })
+}
+
+/// The largest scenario or rig file read, bytes: 1 MiB, forty times the largest shipped
+/// (`dvfs.toml`, 23 kB). A bench description is text that a person writes; a larger
+/// file is none, and one that never ends (`/dev/zero`) would be read for ever.
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
+
+/// The text of the scenario or rig file at `path`: a regular file of at most
+/// [`MAX_FILE_BYTES`]. It is opened without waiting (a pipe with no writer would hold the
+/// open), and anything but a regular file (a device, a pipe, a directory) is refused.
+fn read_text(path: &Path) -> std::io::Result<String> {
+    use std::io::{Error, ErrorKind, Read};
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK)
+        .open(path)?;
+    let too_large = || {
+        Error::new(
+            ErrorKind::InvalidData,
+            format!("larger than {MAX_FILE_BYTES} bytes, more than a bench description has"),
+        )
+    };
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            "not a regular file (a scenario or rig is a text file)",
+        ));
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(too_large());
+    }
+    let mut text = String::new();
+    file.take(MAX_FILE_BYTES + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(too_large());
+    }
+    Ok(text)
 }
 
 /// The built-in default scenario.
@@ -207,16 +274,25 @@ pub fn parse(
             format!("the shares add up to {total}, not 1"),
         ));
     }
+    // A value within what a bench can have, or an error naming it.
+    let bounded = |field: &str, value: f64, range: RangeInclusive<f64>, rule: &str| {
+        if value.is_finite() && range.contains(&value) {
+            Ok(())
+        } else {
+            Err(at(field, format!("{field} = {value:?}: {rule}")))
+        }
+    };
     let t = &scenario.rig_truth;
     for (i, r) in t.rails.iter().enumerate() {
         if !(r.share >= 0.0
             && r.source_v > 0.0
             && r.resistance_ohm >= 0.0
-            && r.source_v.is_finite())
+            && r.source_v.is_finite()
+            && r.resistance_ohm.is_finite())
         {
             return Err(at(
                 &format!("rig_truth.rail[{i}]"),
-                "share and resistance_ohm must be >= 0, source_v > 0".into(),
+                "share and resistance_ohm must be >= 0, source_v > 0, all finite".into(),
             ));
         }
     }
@@ -230,17 +306,28 @@ pub fn parse(
             ));
         }
         indices.push(c.index);
-        if !(c.noise_v_rms >= 0.0 && c.bandwidth_hz.is_none_or(|b| b > 0.0) && c.gain_error > -1.0)
+        if !(c.noise_v_rms >= 0.0
+            && c.noise_v_rms.is_finite()
+            && c.bandwidth_hz
+                .is_none_or(|b| SENSOR_BANDWIDTH_HZ.contains(&b))
+            && c.gain_error > -1.0
+            && c.gain_error.is_finite()
+            && c.offset_v.is_finite())
         {
             return Err(at(
                 &field,
-                "noise_v_rms >= 0, bandwidth_hz > 0, gain_error > -1".into(),
+                "noise_v_rms >= 0, bandwidth_hz within 1 Hz to 1 GHz, gain_error > -1, \
+                 all finite"
+                    .into(),
             ));
         }
     }
-    if !(0.0..).contains(&t.input_tau_s) {
-        return Err(at("rig_truth.input_tau_s", "must be >= 0".into()));
-    }
+    bounded(
+        "rig_truth.input_tau_s",
+        t.input_tau_s,
+        0.0..=MAX_INPUT_TAU_S,
+        "must be >= 0, at most 1 s",
+    )?;
     let f = &scenario.faults;
     let probabilities = [f.corrupt_frame_probability, f.drop_byte_probability];
     if probabilities.iter().any(|p| !(0.0..=1.0).contains(p))
@@ -248,20 +335,43 @@ pub fn parse(
     {
         return Err(at(
             "faults",
-            "probabilities within 0..=1, adding up to at most 1".into(),
+            "probabilities within 0 to 1, adding up to at most 1".into(),
         ));
     }
-    if f.link_bytes_per_s.is_some_and(|r| r.is_nan() || r <= 0.0)
-        || !(0.0..).contains(&f.disconnected_s)
-    {
-        return Err(at(
-            "faults",
-            "link_bytes_per_s > 0 and disconnected_s >= 0".into(),
-        ));
+    for (field, value) in [
+        ("faults.damage_until_s", f.damage_until_s),
+        ("faults.disconnect_after_s", f.disconnect_after_s),
+        ("faults.disconnected_s", Some(f.disconnected_s)),
+        ("faults.reset_after_s", f.reset_after_s),
+    ] {
+        if let Some(v) = value {
+            bounded(
+                field,
+                v,
+                0.0..=MAX_FAULT_S,
+                "must be >= 0, at most a week (604800 s)",
+            )?;
+        }
+    }
+    if let Some(r) = f.link_bytes_per_s {
+        bounded(
+            "faults.link_bytes_per_s",
+            r,
+            LINK_BYTES_PER_S,
+            "must be within 100 to 1e9 bytes/s",
+        )?;
     }
     let tr = &scenario.trigger;
-    if !(tr.latency_s >= 0.0 && tr.jitter_s >= 0.0) {
-        return Err(at("trigger", "latency_s and jitter_s must be >= 0".into()));
+    for (field, value) in [
+        ("trigger.latency_s", tr.latency_s),
+        ("trigger.jitter_s", tr.jitter_s),
+    ] {
+        bounded(
+            field,
+            value,
+            0.0..=MAX_TRIGGER_S,
+            "must be >= 0, at most 1 s",
+        )?;
     }
     if !(1..=1000).contains(&scenario.firmware.busy_polls) {
         return Err(at(
@@ -282,8 +392,28 @@ pub fn parse(
             ),
         ));
     }
-    if !m.error_ppm.is_finite() || m.error_ppm.abs() > 1e4 || !m.drift_ppm_per_s.is_finite() {
-        return Err(at("mcu", "|error_ppm| <= 10000, finite drift".into()));
+    bounded(
+        "mcu.error_ppm",
+        m.error_ppm,
+        -1e4..=1e4,
+        "must be within ±10000 ppm",
+    )?;
+    bounded(
+        "mcu.drift_ppm_per_s",
+        m.drift_ppm_per_s,
+        -MAX_DRIFT_PPM_PER_S..=MAX_DRIFT_PPM_PER_S,
+        "must be within ±1 ppm/s",
+    )?;
+    let most_ticks = MAX_UPTIME_S * f64::from(m.tick_hz);
+    if m.offset_ticks as f64 > most_ticks {
+        return Err(at(
+            "mcu.offset_ticks",
+            format!(
+                "mcu.offset_ticks = {}: must be at most ten years of the clock's ticks \
+                 ({most_ticks:.0} at {} Hz)",
+                m.offset_ticks, m.tick_hz
+            ),
+        ));
     }
     let rates = &mut scenario.firmware.sample_rates_hz;
     if rates.is_empty() {
@@ -304,8 +434,16 @@ pub fn parse(
 fn from_toml<T: for<'de> Deserialize<'de>>(file: &str, text: &str) -> Result<T, ScenarioError> {
     let de = toml::de::Deserializer::parse(text).map_err(|e| toml_error(file, text, &e, ""))?;
     serde_path_to_error::deserialize(de).map_err(|e| {
-        let field = e.path().to_string();
-        toml_error(file, text, e.inner(), &field)
+        let path = e.path().to_string();
+        let mut error = toml_error(file, text, e.inner(), &path);
+        // A table that checks its ranges as it is read (the logger) starts its message
+        // with the key at fault: name that key, and its line.
+        let key = error.message.split([' ', ':']).next().unwrap_or_default();
+        if key.starts_with(&format!("{path}.")) {
+            error.field = key.to_string();
+            error.line = line_of(text, key).or(error.line);
+        }
+        error
     })
 }
 
@@ -426,6 +564,185 @@ mod tests {
 
     fn line_no(text: &str, needle: &str) -> usize {
         text[..text.find(needle).unwrap()].matches('\n').count() + 1
+    }
+
+    #[test]
+    fn values_no_bench_has_are_refused_at_their_field_and_line() {
+        for (from, to, field) in [
+            // Each of these once ran the twin out of memory, deaf to Ctrl-C.
+            (
+                "max_delay_s = 1.5e-3",
+                "max_delay_s = 1e30",
+                "workload.steps[0].max_delay_s",
+            ),
+            (
+                "duration_s = 100e-6",
+                "duration_s = 1e30",
+                "kernels[0].phases[0].duration_s",
+            ),
+            ("period_s = 1e-3", "period_s = 1e-12", "logger.period_s"),
+            // Other sizes, rates and durations past a bench's.
+            (
+                "duration_s = 100e-6",
+                "duration_s = 1e-12",
+                "kernels[0].phases[0].duration_s",
+            ),
+            (
+                "duration_s = 5e-3",
+                "duration_s = 1e30",
+                "workload.steps[1].duration_s",
+            ),
+            (
+                "count = 20",
+                "count = 4_000_000_000",
+                "workload.steps[0].count",
+            ),
+            (
+                "launch_overhead_s = 5e-6",
+                "launch_overhead_s = 1e30",
+                "gpu.launch_overhead_s",
+            ),
+            (
+                "read_latency_s = 2e-6",
+                "read_latency_s = inf",
+                "gpu.clock.read_latency_s",
+            ),
+            ("rate_hz = 100e6", "rate_hz = 1e300", "gpu.clock.rate_hz"),
+            (
+                "frequency_hz = 1.3e9",
+                "frequency_hz = 1e3",
+                "gpu.dvfs[2].frequency_hz",
+            ),
+            (
+                "scale = 1.08",
+                "scale = 1e30",
+                "kernels[0].time.modes[1].scale",
+            ),
+            (
+                "outlier_scale = 1.5",
+                "outlier_scale = 1e30",
+                "kernels[0].time.outlier_scale",
+            ),
+            (
+                "first_time_scale = 1.3",
+                "first_time_scale = 1e-30",
+                "kernels[0].warmup.first_time_scale",
+            ),
+            ("window_s = 1e-3", "window_s = 1e30", "logger.window_s"),
+            ("phase_s = 1e-3", "phase_s = inf", "logger.phase_s"),
+            (
+                "delay_s = 0.0\ngain",
+                "delay_s = -1.0\ngain",
+                "logger.delay_s",
+            ),
+            // NaN, infinities and negatives where they mean nothing.
+            ("latency_s = 2e-6", "latency_s = inf", "trigger.latency_s"),
+            ("jitter_s = 1e-6", "jitter_s = nan", "trigger.jitter_s"),
+            (
+                "drift_ppm_per_s = 0.0",
+                "drift_ppm_per_s = nan",
+                "mcu.drift_ppm_per_s",
+            ),
+            (
+                "input_tau_s = 5e-6",
+                "input_tau_s = inf",
+                "rig_truth.input_tau_s",
+            ),
+            (
+                "[faults]\n",
+                "[faults]\nreset_after_s = -1.0\n",
+                "faults.reset_after_s",
+            ),
+            (
+                "[faults]\n",
+                "[faults]\ndisconnect_after_s = nan\n",
+                "faults.disconnect_after_s",
+            ),
+            (
+                "[faults]\n",
+                "[faults]\nlink_bytes_per_s = inf\n",
+                "faults.link_bytes_per_s",
+            ),
+        ] {
+            let text = DEFAULT_SCENARIO.replacen(from, to, 1);
+            let e = broken(|_| text.clone());
+            assert_eq!(e.field, field, "{from} -> {to}: {e}");
+            let line = line_no(&text, to.trim_start_matches("[faults]\n"));
+            assert_eq!(e.line, Some(line), "{from} -> {to}: {e}");
+            assert!(e.message.contains("must be"), "{e}");
+        }
+    }
+
+    /// A scenario file in a folder of its own, naming `rig`.
+    fn scenario_file(name: &str, rig: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("railtrace-scenario-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        let path = dir.join("s.toml");
+        let text = DEFAULT_SCENARIO.replacen("../rigs/pcie-2x8pin-hs.toml", rig, 1);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// `load_with(scenario, rig)`, or a panic if it takes more than 10 s.
+    fn load_soon(scenario: &Path, rig: Option<&Path>) -> Result<Loaded, ScenarioError> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (scenario, rig) = (scenario.to_path_buf(), rig.map(Path::to_path_buf));
+        std::thread::spawn(move || {
+            let _ = tx.send(load_with(Some(&scenario), rig.as_deref()));
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the scenario is read in good time")
+    }
+
+    #[test]
+    fn only_a_plain_file_of_at_most_a_mebibyte_is_read() {
+        let path = scenario_file("files", "/dev/zero");
+        let e = load_soon(&path, None).unwrap_err();
+        assert_eq!(e.field, "rig", "{e}");
+        assert_eq!(e.line, Some(line_no(DEFAULT_SCENARIO, "rig = ")), "{e}");
+        assert!(e.message.contains("not a regular file"), "{e}");
+        let e = load_soon(Path::new("/dev/zero"), None).unwrap_err();
+        assert!(e.message.contains("not a regular file"), "{e}");
+        let e = load_soon(&path, Some(Path::new("/dev/zero"))).unwrap_err();
+        assert_eq!((e.file.as_str(), e.line), ("/dev/zero", None), "{e}");
+        // A pipe no one writes to: opening it must not wait for a writer.
+        let dir = path.parent().unwrap();
+        let fifo = dir.join("rig.fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let e = load_soon(&path, Some(&fifo)).unwrap_err();
+        assert!(e.message.contains("not a regular file"), "{e}");
+        // Too large, and just large enough (a mebibyte of comment after the scenario).
+        let rig = Path::new(env!("CARGO_MANIFEST_DIR")).join("../rigs/pcie-2x8pin-hs.toml");
+        let text =
+            DEFAULT_SCENARIO.replacen("../rigs/pcie-2x8pin-hs.toml", rig.to_str().unwrap(), 1);
+        let padded = |n: usize| format!("{text}#{}\n", "x".repeat(n - text.len() - 2));
+        let big = dir.join("big.toml");
+        std::fs::write(&big, padded(1 << 20)).unwrap();
+        load_soon(&big, None).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(&big, padded((1 << 20) + 1)).unwrap();
+        let e = load_soon(&big, None).unwrap_err();
+        assert!(e.message.contains("larger than 1048576 bytes"), "{e}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn rig_file_errors_give_the_rig_files_line() {
+        for (from, to) in [
+            ("bits = 16", "bits = \"16\""),
+            ("packet_bytes = 512", "packet_bytez = 512"),
+            ("measures = \"voltage\"", "measures = \"volts\""),
+            ("nominal_v = 3.3", "nominal_v == 3.3"),
+        ] {
+            let rig = DEFAULT_RIG.replacen(from, to, 1);
+            let e = parse("s.toml", DEFAULT_SCENARIO, |_| {
+                Ok(("rig.toml".into(), rig.clone()))
+            })
+            .unwrap_err();
+            assert_eq!(e.file, "rig.toml", "{e}");
+            assert_eq!(e.line, Some(line_no(&rig, to)), "{to}: {e}");
+        }
     }
 
     #[test]

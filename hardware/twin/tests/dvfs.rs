@@ -747,7 +747,7 @@ fn bad_values_are_refused_with_the_field_named() {
             "leak_per_c = 0.015",
             "leak_per_c = 2.0",
             "gpu.power_model.leak_per_c",
-            "0..=1",
+            "0 to 1",
         ),
         (
             "static_w = 85.0",

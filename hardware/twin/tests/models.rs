@@ -13,6 +13,7 @@
 use railtrace_twin::gpu::{
     ClockConfig, ConfigError, DvfsLevel, Execution, Gpu, GpuClock, GpuConfig, KernelConfig,
     PhaseConfig, PowerSettling, Step, TimeDistribution, TimeMode, Warmup, WorkloadConfig,
+    MAX_STRETCH_S,
 };
 use railtrace_twin::logger::{Logger, LoggerConfig, LoggerModel, LoggerSample, Stamp, StampConfig};
 use railtrace_twin::trace::{PowerTrace, Segment, StreamCursor, Util};
@@ -1107,6 +1108,30 @@ fn a_scenario_reads_from_toml_and_unknown_fields_are_refused() {
         toml::from_str::<WorkloadConfig>(&toml::to_string(&workload).unwrap()).unwrap(),
         workload
     );
+}
+
+#[test]
+fn a_phase_stretched_past_the_longest_stretch_comes_in_pieces() {
+    // A 10 s phase (the longest there is) run ten times slower than nominal: 100 s of
+    // one power, which a logger would report all at once, comes in 10 s pieces.
+    let mut kernel = one_phase_kernel("k", MAX_STRETCH_S, 300.0);
+    kernel.time.modes[0].scale = 10.0;
+    let workload = WorkloadConfig {
+        steps: vec![launch("k", 1, 0.0, 0.0)],
+    };
+    let mut gpu = Gpu::new(quiet_gpu(), vec![kernel], workload, 0).unwrap();
+    let (execs, trace) = run_gpu(&mut gpu, 1);
+    assert!(close(execs[0].duration_s(), 100.0, 100.0), "{execs:?}");
+    assert!(close(execs[0].energy_j, 300.0 * 100.0, 3e4), "{execs:?}");
+    let pieces: Vec<&Segment> = trace
+        .segments()
+        .iter()
+        .filter(|s| s.power_w == 300.0)
+        .collect();
+    assert!(pieces.len() >= 10, "{pieces:?}");
+    assert!(pieces
+        .iter()
+        .all(|s| s.duration_s() <= MAX_STRETCH_S * (1.0 + 1e-12)));
 }
 
 #[test]
