@@ -27,6 +27,7 @@ pub const VERSION: u32 = 1;
 
 /// Where a model came from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Provenance {
     /// The input the model was identified from.
     pub input: String,
@@ -42,6 +43,7 @@ pub struct Provenance {
 
 /// An identified logger model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct LoggerModel {
     /// `railtrace-logger-model`.
     pub format: String,
@@ -151,10 +153,15 @@ impl LoggerModel {
         let text = std::fs::read_to_string(path)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         let m: LoggerModel = toml::from_str(&text).map_err(|e| {
+            // The line of the span the parser names (a missing field: the whole file).
+            let line = e.span().map_or(1, |s| {
+                text.get(..s.start)
+                    .map_or(1, |t| t.matches('\n').count() + 1)
+            });
             anyhow::anyhow!(
-                "{}: not a railtrace logger model: {}",
+                "{}:{line}: not a railtrace logger model: {}",
                 path.display(),
-                e.to_string().lines().next().unwrap_or_default()
+                e.message().trim_end()
             )
         })?;
         anyhow::ensure!(
@@ -164,6 +171,168 @@ impl LoggerModel {
             m.format,
             m.version
         );
+        m.check()
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         Ok(m)
+    }
+
+    /// Every figure within what a GPU's logger can have: a period of 10 µs to a minute,
+    /// windows and time constants of at most 100 periods, a response of at most 100 000
+    /// bins, a delay of at most 10 s either way, a finite non-zero gain, finite
+    /// uncertainties at least 0; and the family's own figure given.
+    fn check(&self) -> Result<(), String> {
+        let field = |name: &str, v: f64, ok: bool, rule: &str| {
+            if ok && v.is_finite() {
+                Ok(())
+            } else {
+                Err(format!("{name} = {v:?}: {rule}"))
+            }
+        };
+        let p = self.period_s;
+        field(
+            "period_s",
+            p,
+            (1e-5..=60.0).contains(&p),
+            "must be 10 µs to 60 s",
+        )?;
+        let reach = 100.0 * p;
+        field(
+            "delay_s",
+            self.delay_s,
+            self.delay_s.abs() <= 10.0,
+            "must be within ±10 s",
+        )?;
+        field("phase_s", self.phase_s, true, "must be finite")?;
+        field(
+            "gain",
+            self.gain,
+            self.gain != 0.0,
+            "must be finite and not 0",
+        )?;
+        field("offset_w", self.offset_w, true, "must be finite")?;
+        for (name, v) in [
+            ("period_se_s", self.period_se_s),
+            ("delay_se_s", self.delay_se_s),
+            ("gain_se", self.gain_se),
+            ("offset_se_w", self.offset_se_w),
+            ("residual_rms_w", self.residual_rms_w),
+        ] {
+            field(name, v, v >= 0.0, "must be >= 0")?;
+        }
+        for (name, v) in [
+            ("window_s", self.window_s),
+            ("tau_s", self.tau_s),
+            ("response_spacing_s", self.response_spacing_s),
+        ] {
+            if let Some(v) = v {
+                field(
+                    name,
+                    v,
+                    v > 0.0 && v <= reach,
+                    "must be > 0, at most 100 periods",
+                )?;
+            }
+        }
+        let needs = match self.family.as_str() {
+            "box" | "partial" => ("window_s", self.window_s.is_some()),
+            "exponential" => ("tau_s", self.tau_s.is_some()),
+            "response" => (
+                "response_per_s",
+                self.response_spacing_s.is_some() && self.response_per_s.is_some(),
+            ),
+            other => {
+                return Err(format!(
+                    "family = {other:?}: must be box, partial, exponential or response"
+                ))
+            }
+        };
+        if !needs.1 {
+            return Err(format!(
+                "a model of family {} needs {}",
+                self.family, needs.0
+            ));
+        }
+        if let Some(r) = &self.response_per_s {
+            if r.len() > 100_000 || r.iter().any(|v| !v.is_finite()) {
+                return Err(format!(
+                    "response_per_s: {} values; must be at most 100 000, all finite",
+                    r.len()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHIPPED: &str = include_str!("../../calibration/loggers/a100-pcie-40gb-step.toml");
+
+    /// Reads `text` as a model file; the error's words.
+    fn read_text(name: &str, text: &str) -> Result<LoggerModel, String> {
+        let p = std::env::temp_dir().join(format!(
+            "railtrace-model-{}-{name}.toml",
+            std::process::id()
+        ));
+        std::fs::write(&p, text).unwrap();
+        let r = LoggerModel::read(&p).map_err(|e| e.to_string());
+        let _ = std::fs::remove_file(&p);
+        r
+    }
+
+    #[test]
+    fn nonsense_in_a_model_file_is_refused_where_it_is() {
+        assert!(read_text("shipped", SHIPPED).is_ok());
+        for (from, to, says) in [
+            (
+                "period_s = 0.10114966120748106",
+                "period_s = -1",
+                "period_s = -1.0: must be 10 µs to 60 s",
+            ),
+            (
+                "period_s = 0.10114966120748106",
+                "period_s = 1e-9",
+                "period_s",
+            ),
+            (
+                "period_s = 0.10114966120748106",
+                "period_s = nan",
+                "period_s = NaN",
+            ),
+            (
+                "tau_s = 0.013115793672219232",
+                "tau_s = 1e9",
+                "tau_s = 1000000000.0: must be > 0",
+            ),
+            ("gain = 0.9589395813069554", "gain = 0.0", "gain = 0.0"),
+            (
+                "family = \"exponential\"",
+                "family = \"magic\"",
+                "family = \"magic\"",
+            ),
+            (
+                "tau_s = 0.013115793672219232\n",
+                "",
+                "a model of family exponential needs tau_s",
+            ),
+            (
+                "readings = 920",
+                "readings = 920\nreadngs = 3",
+                ":18: not a railtrace logger model: unknown field `readngs`",
+            ),
+            (
+                "gain = 0.9589395813069554",
+                "gain = \"high\"",
+                ":12: not a railtrace logger model: invalid type",
+            ),
+        ] {
+            let text = SHIPPED.replacen(from, to, 1);
+            assert_ne!(text, SHIPPED, "{from}");
+            let e = read_text("bad", &text).unwrap_err();
+            assert!(e.contains(says), "{to:?}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
     }
 }
