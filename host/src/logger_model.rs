@@ -152,6 +152,11 @@ impl LoggerModel {
     pub fn read(path: &Path) -> anyhow::Result<LoggerModel> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        LoggerModel::parse(path, &text)
+    }
+
+    /// Parses the text of a model file (`path` for its errors), as [`LoggerModel::read`].
+    pub fn parse(path: &Path, text: &str) -> anyhow::Result<LoggerModel> {
         let m: LoggerModel = toml::from_str(&text).map_err(|e| {
             // The line of the span the parser names (a missing field: the whole file).
             let line = e.span().map_or(1, |s| {
