@@ -157,7 +157,7 @@ impl LoggerModel {
 
     /// Parses the text of a model file (`path` for its errors), as [`LoggerModel::read`].
     pub fn parse(path: &Path, text: &str) -> anyhow::Result<LoggerModel> {
-        let m: LoggerModel = toml::from_str(&text).map_err(|e| {
+        let m: LoggerModel = toml::from_str(text).map_err(|e| {
             // The line of the span the parser names (a missing field: the whole file).
             let line = e.span().map_or(1, |s| {
                 text.get(..s.start)
