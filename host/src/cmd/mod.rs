@@ -109,8 +109,11 @@ mod tests {
         for bad in ["nan", "inf", "-1", "1e30", "x"] {
             assert!(millis(bad).is_err(), "{bad}");
             assert!(bin_us(bad).is_err(), "{bad}");
+        }
+        for bad in ["nan", "inf", "-15", "1e30", "x"] {
             assert!(utc_offset_h(bad).is_err(), "{bad}");
         }
+        assert_eq!(utc_offset_h("-1"), Ok(-1.0));
         assert!(period_ms("1e-9").is_err());
         assert_eq!(period_ms("1"), Ok(1.0));
     }
