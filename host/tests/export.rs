@@ -749,10 +749,15 @@ fn the_command_writes_next_to_the_recording_and_says_why_it_cannot() {
     let bytes = std::fs::read(&input).unwrap();
     let cut = dir.join("cut.arrow");
     std::fs::write(&cut, &bytes[..bytes.len() - 300]).unwrap();
+    // A cut file exports what it holds up to the cut, saying where it ends in one line.
     let (ok, err) = railtrace(&["export", cut.to_str().unwrap(), "--format", "parquet"]);
-    assert!(!ok);
-    assert!(err.contains("truncated"), "{err}");
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(ok, "{err}");
+    let said: Vec<&str> = err.lines().filter(|l| l.contains("warning")).collect();
+    assert_eq!(said.len(), 1, "{err}");
+    assert!(
+        said[0].contains("the file ends inside record batch"),
+        "{err}"
+    );
     let out = dir.join("nowhere").join("x.json");
     let (ok, err) = railtrace(&[
         "export",
