@@ -90,7 +90,16 @@ fn a_broken_folder_gets_an_error_naming_the_file() {
             && e.contains("20 bytes is not a whole number of 18-byte records"),
         "{e}"
     );
-    std::fs::write(dir.join("PMD_data.bin"), [0u8; 36]).unwrap();
+    // Two plausible records (12.1 V on every pair, 209 µs apart), so that gpudata.csv is
+    // read next.
+    let record = |tick: u16| -> Vec<u8> {
+        let mut b = tick.to_le_bytes().to_vec();
+        for w in [1600u16, 100, 1600, 100, 1613, 100, 1600, 100] {
+            b.extend((w << 4).to_le_bytes());
+        }
+        b
+    };
+    std::fs::write(dir.join("PMD_data.bin"), [record(0), record(613)].concat()).unwrap();
     std::fs::write(
         dir.join("gpudata.csv"),
         "timestamp, power.draw [W]\n2023/07/14 10:10:26.905, lots\n",
