@@ -71,11 +71,15 @@ fn check(l: &serde_json::Value, latency_s: f64) {
     // Every request changes the level except the first (the GPU starts at the first
     // level, which the first request asks for).
     assert!(found >= switches.len() - 1, "{found} of {}", switches.len());
+    // Each switch within 100 µs, plus the half-width of its request's host bracket: the
+    // request's instant is known only to within it (a host thread descheduled between its
+    // two clock reads widens it).
     for s in switches.iter().filter(|s| !s["latency_s"].is_null()) {
         let x = s["latency_s"].as_f64().unwrap();
+        let half = s["request_half_width_s"].as_f64().unwrap();
         assert!(
-            (x - latency_s).abs() < 100e-6,
-            "a switch took {x} s, the twin's {latency_s}"
+            (x - latency_s).abs() < 100e-6 + half,
+            "a switch took {x} s (request known to ±{half} s), the twin's {latency_s}"
         );
     }
     let median = l["median_s"].as_f64().unwrap();
