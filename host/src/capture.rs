@@ -21,7 +21,7 @@ use railtrace_twin::rig::{Measures, RigDescription};
 use ringbuf::traits::{Consumer, Producer, Split};
 use ringbuf::HeapRb;
 
-use crate::recording::{Claim, Event, Kind, Meta, RecordingError, Writer, FORMAT_VERSION};
+use crate::recording::{Claim, Derive, Event, Kind, Meta, RecordingError, Writer, FORMAT_VERSION};
 use crate::transport::{Info, Rig, TransportError};
 
 /// Records in flight between reader and writer: at 8 channels and 100 kS/s the device
@@ -782,7 +782,14 @@ fn block(b: &SampleBlock<'_>, frames_lost: u64, host_drops: u64) -> Record {
         first_tick: b.first_tick,
         period_ticks: b.period_ticks,
         mask: b.channel_mask,
-        codes: b.codes.iter().collect(),
+        codes: {
+            let bytes = b.codes.as_bytes();
+            let mut codes = vec![0i16; bytes.len() / 2];
+            for (c, x) in codes.iter_mut().zip(bytes.chunks_exact(2)) {
+                *c = i16::from_le_bytes([x[0], x[1]]);
+            }
+            codes
+        },
         frames_lost,
         host_drops,
     }
@@ -806,6 +813,33 @@ struct Rail {
     name: String,
     voltage: Option<u8>,
     current: Option<u8>,
+}
+
+/// How the codes of blocks of the channels in `mask` become the rails' volts and
+/// amperes, as the capture turns each sample: the channels in slot (index) order, their
+/// calibration, and each rail's voltage and current among them.
+fn derive(info: &Info, mask: u8, rails: &[Rail]) -> Option<Derive> {
+    let channels: Vec<u8> = (0..8).filter(|c| mask & (1 << c) != 0).collect();
+    let cal = channels
+        .iter()
+        .map(|&c| {
+            info.channels
+                .iter()
+                .find(|x| x.index == c)
+                .map_or((1.0, 0.0), |x| (x.scale, x.offset))
+        })
+        .collect();
+    let at = |c: Option<u8>| c.and_then(|c| channels.iter().position(|&x| x == c));
+    let rails = rails
+        .iter()
+        .map(|r| (at(r.voltage), at(r.current)))
+        .collect();
+    (!channels.is_empty()).then(|| Derive {
+        tick_hz: f64::from(info.tick_hz.max(1)),
+        channels,
+        cal,
+        rails,
+    })
 }
 
 /// The rails: from the rig description, or from the device's channel names.
@@ -858,6 +892,9 @@ struct Segment {
     /// Calibration by channel index: (scale, offset).
     cal: [(f32, f32); 8],
     next_index: Option<u64>,
+    /// Blocks of this channel mask are written as they came, as block rows: the
+    /// recording's derive is this segment's calibration and clock.
+    block_mask: Option<u8>,
 }
 
 impl Segment {
@@ -992,6 +1029,8 @@ struct Writing<'a> {
     file: Option<Writer>,
     rails: Vec<Rail>,
     code_channels: Vec<u8>,
+    /// How the recording's block rows become volts and amperes, with its channel mask.
+    derive: Option<(Derive, u8)>,
     epoch_ns: i64,
     seg: Option<Segment>,
     /// The device went away: why.
@@ -1019,6 +1058,7 @@ impl<'a> Writing<'a> {
             file: None,
             rails: Vec::new(),
             code_channels: Vec::new(),
+            derive: None,
             epoch_ns: 0,
             seg: None,
             lost: None,
@@ -1111,37 +1151,45 @@ impl<'a> Writing<'a> {
                     self.lost = None;
                     self.resumed = false;
                 }
-                // Slots of the enabled channels, in index order.
-                let slot = |ch: Option<u8>| {
-                    ch.filter(|&c| mask & (1 << c) != 0)
-                        .map(|c| ((mask & ((1u16 << c) - 1) as u8).count_ones() as usize, c))
-                };
-                let rail_slots: Vec<_> = self
-                    .rails
-                    .iter()
-                    .map(|r| (slot(r.voltage), slot(r.current)))
-                    .collect();
-                let code_slots: Vec<_> =
-                    self.code_channels.iter().map(|&c| slot(Some(c))).collect();
-                let mut values = vec![(f32::NAN, f32::NAN); rail_slots.len()];
-                let mut raw = vec![0i16; code_slots.len()];
-                let phys = |s: usize, c: u8, row: &[i16]| {
-                    let (scale, offset) = seg.cal[usize::from(c)];
-                    f32::from(row[s]) * scale + offset
-                };
-                for i in 0..n {
-                    let row = &codes[i * n_ch..(i + 1) * n_ch];
-                    for (v, (vs, cs)) in values.iter_mut().zip(&rail_slots) {
-                        v.0 = vs.map_or(f32::NAN, |(s, c)| phys(s, c, row));
-                        v.1 = cs.map_or(f32::NAN, |(s, c)| phys(s, c, row));
+                if seg.block_mask == Some(mask) {
+                    // As they came: the reader makes volts, amperes and watts of them.
+                    let t = seg.time_s(first_tick);
+                    file.block(t, first_index, first_tick, period_ticks, period_s, &codes);
+                    let last = first_tick + (n as u64).saturating_sub(1) * u64::from(period_ticks);
+                    self.last_sample_s = Some(seg.time_s(last));
+                } else {
+                    // Slots of the enabled channels, in index order.
+                    let slot = |ch: Option<u8>| {
+                        ch.filter(|&c| mask & (1 << c) != 0)
+                            .map(|c| ((mask & ((1u16 << c) - 1) as u8).count_ones() as usize, c))
+                    };
+                    let rail_slots: Vec<_> = self
+                        .rails
+                        .iter()
+                        .map(|r| (slot(r.voltage), slot(r.current)))
+                        .collect();
+                    let code_slots: Vec<_> =
+                        self.code_channels.iter().map(|&c| slot(Some(c))).collect();
+                    let mut values = vec![(f32::NAN, f32::NAN); rail_slots.len()];
+                    let mut raw = vec![0i16; code_slots.len()];
+                    let phys = |s: usize, c: u8, row: &[i16]| {
+                        let (scale, offset) = seg.cal[usize::from(c)];
+                        f32::from(row[s]) * scale + offset
+                    };
+                    for i in 0..n {
+                        let row = &codes[i * n_ch..(i + 1) * n_ch];
+                        for (v, (vs, cs)) in values.iter_mut().zip(&rail_slots) {
+                            v.0 = vs.map_or(f32::NAN, |(s, c)| phys(s, c, row));
+                            v.1 = cs.map_or(f32::NAN, |(s, c)| phys(s, c, row));
+                        }
+                        for (r, s) in raw.iter_mut().zip(&code_slots) {
+                            *r = s.map_or(0, |(s, _)| row[s]);
+                        }
+                        let tick = first_tick + i as u64 * u64::from(period_ticks);
+                        let t = seg.time_s(tick);
+                        file.sample(t, Some(first_index + i as u64), Some(tick), &values, &raw);
+                        self.last_sample_s = Some(t);
                     }
-                    for (r, s) in raw.iter_mut().zip(&code_slots) {
-                        *r = s.map_or(0, |(s, _)| row[s]);
-                    }
-                    let tick = first_tick + i as u64 * u64::from(period_ticks);
-                    let t = seg.time_s(tick);
-                    file.sample(t, Some(first_index + i as u64), Some(tick), &values, &raw);
-                    self.last_sample_s = Some(t);
                 }
                 seg.next_index = Some(first_index + n as u64);
                 self.samples += n as u64;
@@ -1314,6 +1362,7 @@ impl<'a> Writing<'a> {
             self.epoch_ns = host_mid;
             self.rails = rails(&info, self.config.rig.as_ref().map(|r| &r.rig));
             self.code_channels = info.channels.iter().map(|c| c.index).collect();
+            self.derive = derive(&info, mask, &self.rails).map(|d| (d, mask));
             let meta = Meta {
                 version: FORMAT_VERSION,
                 source: format!("capture {}", self.config.port.display()),
@@ -1328,6 +1377,7 @@ impl<'a> Writing<'a> {
                     "channel_mask": mask,
                     "averaging": averaging,
                 })),
+                derive: self.derive.as_ref().map(|d| d.0.clone()),
             };
             let claim = match self.claim.take() {
                 Some(c) => c,
@@ -1343,12 +1393,18 @@ impl<'a> Writing<'a> {
         }
         let mid_tick =
             anchor.rx_tick as f64 + (anchor.tx_tick as f64 - anchor.rx_tick as f64) / 2.0;
+        let block_mask = self
+            .derive
+            .as_ref()
+            .filter(|(d, m)| derive(&info, *m, &self.rails).as_ref() == Some(d))
+            .map(|(_, m)| *m);
         self.seg = Some(Segment {
             tick_hz: f64::from(info.tick_hz.max(1)),
             anchor_tick: mid_tick,
             anchor_s: self.host_s(host_mid),
             cal,
             next_index: None,
+            block_mask,
         });
         let t = self.host_s(host_mid);
         if let Some(file) = &mut self.file {

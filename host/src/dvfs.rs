@@ -62,6 +62,7 @@ pub fn acquire(
         code_channels: Vec::new(),
         device: None,
         rig: None,
+        derive: None,
         settings: Some(serde_json::json!({
             "levels": plan.levels,
             "switches": plan.switches,

@@ -254,6 +254,7 @@ pub fn acquire(
         code_channels: Vec::new(),
         device: None,
         rig: None,
+        derive: None,
         settings: Some(serde_json::json!({
             "kernel": l.kernel,
             "runs": plan.runs,

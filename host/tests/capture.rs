@@ -404,9 +404,11 @@ fn now_ns() -> i64 {
 /// pyarrow's count of sample rows, or None where pyarrow is missing (CI sets
 /// RAILTRACE_REQUIRE_PYARROW so that it must be there).
 fn pyarrow_samples(file: &Path) -> Option<u64> {
+    // A sample row is one sample; a block row holds `count` of them.
     let script = "import sys, pyarrow.ipc as ipc\n\
                   t = ipc.open_stream(sys.argv[1]).read_all()\n\
-                  print(sum(1 for k in t.column('kind').to_pylist() if k == 'sample'))";
+                  k, c = t.column('kind').to_pylist(), t.column('count').to_pylist()\n\
+                  print(sum(1 if k == 'sample' else n for k, n in zip(k, c) if k in ('sample', 'block')))";
     let o = Command::new("python3")
         .args(["-c", script])
         .arg(file)
@@ -592,6 +594,7 @@ fn bad_input_is_refused_in_one_line() {
             device: None,
             rig: None,
             settings: None,
+            derive: None,
         };
         let mut w = recording::Writer::create(&good, &meta).unwrap();
         for i in 0..1000 {

@@ -11,8 +11,12 @@ Exits non-zero with a message on the first failure.
 """
 
 import json
+import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import blocks  # noqa: E402
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -67,7 +71,7 @@ def main(argv):
     md = schema.metadata or {}
     assert b"railtrace" in md, f"no railtrace key in the schema metadata: {list(md)}"
     meta = json.loads(md[b"railtrace"])
-    assert meta["version"] == 4, meta["version"]
+    assert meta["version"] == 5, meta["version"]
     for key in (b"railtrace", b"railtrace.format", b"railtrace.export"):
         assert key in pf.metadata.metadata, f"{key} not in the Parquet key-value metadata"
 
@@ -96,15 +100,36 @@ def main(argv):
         assert samples.column("total_w").null_count == 0
 
     if len(argv) == 3:
+        # The recording's events as they are; its samples, from its block rows where a
+        # capture keeps them, worked out in Python (blocks.py).
         rec = pa.ipc.open_stream(argv[2]).read_all()
         export = json.loads(md[b"railtrace.export"])
-        keep = pc.is_in(
-            rec.column("kind").cast(pa.string()), pa.array(export["kinds"])
-        )
-        rec = rec.filter(keep)
-        assert table.num_rows == rec.num_rows, (table.num_rows, rec.num_rows)
+        kind = rec.column("kind").cast(pa.string())
+        keep = pc.and_(pc.is_in(kind, pa.array(export["kinds"])), pc.not_equal(kind, "block"))
+        if blocks.samples(argv[2], meta) is None:
+            events, exported = rec.filter(keep), table
+        else:
+            keep = pc.and_(keep, pc.not_equal(kind, "sample"))
+            events = rec.filter(keep)
+            is_sample = pc.equal(table.column("kind").cast(pa.string()), "sample")
+            exported = table.filter(pc.invert(is_sample))
+            got = table.filter(is_sample)
+            want = blocks.samples(argv[2], meta)
+            assert got.num_rows == want.height, (got.num_rows, want.height)
+            for name in want.columns:
+                a = got.column(name).to_pylist()
+                b = want[name].to_list()
+                if name == "time_s":
+                    worst = max((abs(x - y) for x, y in zip(a, b)), default=0.0)
+                    assert worst < 1e-9, f"time_s differs from the blocks' by {worst} s"
+                else:
+                    assert a == b, f"column {name} differs from the blocks' worked out"
+        assert exported.num_rows == events.num_rows, (exported.num_rows, events.num_rows)
+        drop = {"period_ticks", "codes"}
         for name in names:
-            a, b = table.column(name), rec.column(name)
+            if name in drop:
+                continue
+            a, b = exported.column(name), events.column(name)
             if name == "kind":
                 a, b = a.cast(pa.string()), b.cast(pa.string())
             assert a.equals(b), f"column {name} differs from the recording"

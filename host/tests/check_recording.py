@@ -5,21 +5,26 @@
 
 With pyarrow and polars: the stream opens as it is; the `railtrace` metadata parses and
 names the rails; every rail has its V, A and W columns with their units; `kind` holds
-only documented kinds; samples are there, with time increasing and total_w the sum of
-the rails' watts; polars reads the same rows, and DuckDB queries them (over pyarrow) to
-the same count and mean power. `--no-gaps` also asserts no gap rows.
+only documented kinds; samples are there (a capture's in block rows, worked out as
+RECORDING.md shows, see blocks.py), with time increasing and total_w the sum of the
+rails' watts; polars reads the same rows, and DuckDB queries them (over pyarrow) to the
+same count of samples. `--no-gaps` also asserts no gap rows.
 Exits non-zero with a message on the first failure.
 """
 
 import json
+import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import blocks  # noqa: E402
 import duckdb
 import polars as pl
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-KINDS = {"sample", "gap", "edge", "time_sync", "logger", "status", "info", "log",
+KINDS = {"sample", "block", "gap", "edge", "time_sync", "logger", "status", "info", "log",
          "execution", "clock_read", "driven", "dvfs_request"}
 
 
@@ -30,7 +35,7 @@ def main(argv):
     table = ipc.open_stream(path).read_all()
     meta = json.loads(table.schema.metadata[b"railtrace"])
     assert table.schema.metadata[b"railtrace.format"] == b"railtrace-recording"
-    assert meta["version"] == 4, meta
+    assert meta["version"] == 5, meta
     temp = table.schema.field("logger_temp_c")
     assert temp.metadata[b"unit"] == b"degC", temp.metadata
     for rail in meta["rails"]:
@@ -39,30 +44,34 @@ def main(argv):
             assert f.metadata[b"unit"] == unit, (f.name, f.metadata)
     kinds = set(table.column("kind").to_pylist())
     assert kinds <= KINDS, kinds
-    samples = table.filter(pc.equal(table["kind"], "sample"))
-    n = samples.num_rows
+    rows = table.filter(pc.equal(table["kind"], "sample"))
+    samples = blocks.samples(path, meta)
+    if samples is None:
+        samples = pl.from_arrow(rows)
+    else:
+        assert rows.num_rows == 0, "a capture's samples are in its block rows"
+        in_blocks = pc.sum(table.filter(pc.equal(table["kind"], "block"))["count"]).as_py()
+        assert samples.height == in_blocks, (samples.height, in_blocks)
+    n = samples.height
     assert n > 0, "no samples"
     t = samples["time_s"]
-    assert pc.all(pc.greater(t[1:], t[:-1])).as_py(), "time_s increases"
-    rails = samples[meta["rails"][0] + "_w"]
-    for r in meta["rails"][1:]:
-        rails = pc.add(rails, samples[r + "_w"])
-    worst = pc.max(pc.abs(pc.subtract(samples["total_w"], rails))).as_py()
-    top = pc.max(pc.abs(samples["total_w"])).as_py()
+    assert (t.diff().drop_nulls() > 0).all(), "time_s increases"
+    rails = sum(samples[r + "_w"].fill_null(0.0) for r in meta["rails"])
+    worst = (samples["total_w"] - rails).abs().max()
+    top = samples["total_w"].abs().max()
     assert worst < 1e-3 * max(1.0, top), f"total_w is the rails' sum (off by {worst} W)"
-    span = t[-1].as_py() - t[0].as_py()
+    span = t[-1] - t[0]
     gaps = table.filter(pc.equal(table["kind"], "gap")).num_rows
     if "--no-gaps" in argv:
         assert gaps == 0, f"{gaps} gap rows"
     df = pl.read_ipc_stream(path)
     assert df.height == table.num_rows, (df.height, table.num_rows)
-    assert df.filter(pl.col("kind") == "sample").height == n
     con = duckdb.connect()
     con.register("recording", table)
-    count, mean = con.sql(
-        "select count(*), avg(total_w) from recording where kind = 'sample'").fetchall()[0]
+    count = con.sql(
+        "select coalesce(sum(case when kind = 'block' then count else 1 end), 0) "
+        "from recording where kind in ('sample', 'block')").fetchall()[0][0]
     assert count == n, (count, n)
-    assert abs(mean - pc.mean(samples["total_w"]).as_py()) < 1e-6 * max(1.0, abs(mean))
     print(
         f"{path}: {table.num_rows} rows, {n} samples over {span:.3f} s, "
         f"{gaps} gaps, rails {', '.join(meta['rails'])}; pyarrow, polars and DuckDB agree"

@@ -39,6 +39,7 @@ fn write_recording(path: &Path) -> Recording {
         device: None,
         rig: None,
         settings: None,
+        derive: None,
     };
     enum Item {
         Sample(u32),
@@ -779,8 +780,11 @@ fn rewrite_as_version_3(from: &Path, to: &Path) {
     let r =
         StreamReader::try_new(std::io::BufReader::new(File::open(from).unwrap()), None).unwrap();
     let schema = r.schema();
+    // Version 3 had neither the temperature nor the block columns of version 5.
     let keep: Vec<usize> = (0..schema.fields().len())
-        .filter(|&i| schema.field(i).name() != "logger_temp_c")
+        .filter(|&i| {
+            !["logger_temp_c", "period_ticks", "codes"].contains(&schema.field(i).name().as_str())
+        })
         .collect();
     let mut md = schema.metadata().clone();
     let mut meta: Meta = serde_json::from_str(md.get("railtrace").unwrap()).unwrap();

@@ -124,6 +124,7 @@ fn write_recording(path: &Path, period: f64, gap: bool, logger: bool) {
         device: None,
         rig: None,
         settings: None,
+        derive: None,
     };
     let mut w = Writer::create(path, &meta).unwrap();
     for i in 0..30_000u64 {

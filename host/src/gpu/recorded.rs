@@ -85,6 +85,7 @@ mod tests {
             device: None,
             rig: None,
             settings: None,
+            derive: None,
         };
         let mut w = Writer::create(&path, &meta).unwrap();
         for (k, host_ns, temperature_c) in [(0, Some(2_000_000_000), Some(55.5)), (1, None, None)] {

@@ -353,6 +353,7 @@ pub fn write_recording(
         device: Some(serde_json::json!({"board": "ElmorLabs PMD", "serial": "", "firmware": ""})),
         rig: None,
         settings: Some(settings),
+        derive: None,
     };
     let mut w = Writer::create(out, &meta)?;
     let mut spacing: Vec<f64> = t.windows(2).map(|w| w[1] - w[0]).collect();

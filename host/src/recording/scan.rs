@@ -60,9 +60,9 @@ pub(crate) fn seal(bytes: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
         out.extend_from_slice(&(sealed_len as i32).to_le_bytes());
         out.extend_from_slice(meta);
         out.extend_from_slice(&[0; SEAL_LEN - 8]);
-        let crc = railtrace_protocol::crc32c(meta);
-        let crc = railtrace_protocol::crc32c_continue(crc, &[0; SEAL_LEN - 8]);
-        let crc = railtrace_protocol::crc32c_continue(crc, body);
+        let crc = crc32c::crc32c(meta);
+        let crc = crc32c::crc32c_append(crc, &[0; SEAL_LEN - 8]);
+        let crc = crc32c::crc32c_append(crc, body);
         out.extend_from_slice(&SEAL);
         out.extend_from_slice(&crc.to_le_bytes());
         out.extend_from_slice(body);
@@ -105,17 +105,36 @@ struct Message {
     end: u64,
     is_batch: bool,
     sealed: bool,
+    /// For the schema: whether each column node of a record batch, in order, is of a
+    /// top-level column (as many values as the batch has rows) or of a list's values.
+    top: Vec<bool>,
+}
+
+/// The column nodes of a record batch of `schema`: see [`Message::top`].
+fn layout(schema: arrow_ipc::Schema<'_>) -> Vec<bool> {
+    fn walk(f: arrow_ipc::Field<'_>, top: bool, out: &mut Vec<bool>) {
+        out.push(top);
+        for c in f.children().iter().flatten() {
+            walk(c, false, out);
+        }
+    }
+    let mut out = Vec::new();
+    for f in schema.fields().iter().flatten() {
+        walk(f, true, &mut out);
+    }
+    out
 }
 
 /// Checks the message at `at` of a file of `len` bytes (the first, the schema's, or one
-/// after it, which must be sealed if an earlier one was); None for the end-of-stream
-/// marker.
+/// after it, which must be sealed if an earlier one was, and whose record batches have
+/// the schema's column nodes `top`); None for the end-of-stream marker.
 fn message(
     file: &mut File,
     at: u64,
     len: u64,
     first: bool,
     sealed: bool,
+    top: &[bool],
 ) -> Result<Option<Message>, Bad> {
     let io = |e: std::io::Error| Bad::Damaged(e.to_string());
     if at + 8 > len {
@@ -155,8 +174,8 @@ fn message(
     if has_seal {
         let stored = u32::from_le_bytes([meta[n - 4], meta[n - 3], meta[n - 2], meta[n - 1]]);
         let body = read_at(file, body_at, body_len as usize).map_err(io)?;
-        let crc = railtrace_protocol::crc32c(&meta[..n - 8]);
-        if railtrace_protocol::crc32c_continue(crc, &body) != stored {
+        let crc = crc32c::crc32c(&meta[..n - 8]);
+        if crc32c::crc32c_append(crc, &body) != stored {
             return Err(Bad::Damaged("its checksum does not match".into()));
         }
     } else if sealed {
@@ -170,6 +189,7 @@ fn message(
                 end,
                 is_batch: false,
                 sealed,
+                top: msg.header_as_schema().map(layout).unwrap_or_default(),
             }))
         }
         arrow_ipc::MessageHeader::RecordBatch if !first => msg.header_as_record_batch(),
@@ -183,8 +203,15 @@ fn message(
     if !(0..=MAX_ROWS).contains(&rows) {
         return Err(Bad::Damaged(format!("{rows} rows")));
     }
-    for n in batch.nodes().iter().flatten() {
-        if n.length() != rows || !(0..=rows).contains(&n.null_count()) {
+    let is_batch = header == arrow_ipc::MessageHeader::RecordBatch;
+    for (i, n) in batch.nodes().iter().flatten().enumerate() {
+        // A list's values: any number, up to what a batch of codes can hold.
+        let values = is_batch && top.get(i) == Some(&false);
+        let length = if values { n.length() } else { rows };
+        if (!values && n.length() != rows)
+            || !(0..=MAX_ROWS * 16).contains(&n.length())
+            || !(0..=length).contains(&n.null_count())
+        {
             return Err(Bad::Damaged(format!(
                 "a column of {} rows ({} null) in a batch of {rows}",
                 n.length(),
@@ -217,8 +244,9 @@ fn message(
     }
     Ok(Some(Message {
         end,
-        is_batch: header == arrow_ipc::MessageHeader::RecordBatch,
+        is_batch,
         sealed,
+        top: Vec::new(),
     }))
 }
 
@@ -228,14 +256,18 @@ pub(crate) fn scan(file: &mut File, len: u64) -> std::io::Result<Scan> {
     let mut s = Scan::default();
     let mut at = 0u64;
     let mut batches = 0usize;
+    let mut top = Vec::new();
     while at < len {
         let first = s.ranges.is_empty();
-        match message(file, at, len, first, s.sealed) {
+        match message(file, at, len, first, s.sealed, &top) {
             Ok(None) => {
                 s.closed = true;
                 break;
             }
             Ok(Some(m)) => {
+                if first {
+                    top = m.top;
+                }
                 s.ranges.push((at, m.end));
                 batches += usize::from(m.is_batch);
                 s.sealed |= m.sealed;
@@ -255,7 +287,7 @@ pub(crate) fn scan(file: &mut File, len: u64) -> std::io::Result<Scan> {
                 let found = loop {
                     match find_marker(file, next, len)? {
                         None => break None,
-                        Some(p) => match message(file, p, len, false, s.sealed) {
+                        Some(p) => match message(file, p, len, false, s.sealed, &top) {
                             Ok(m) => break Some((p, m)),
                             Err(_) => next = p + 1,
                         },
