@@ -1,6 +1,6 @@
 // The property the `recording` fuzz target checks, shared with
 // `tests/fuzz_regressions.rs` by `include!`: any bytes, read as a recording, are read or
-// refused with an error, never a panic or an abort; every row of what is read has a kind
+// refused with an error, never a panic or an abort (its overview too); every row of what is read has a kind
 // and its columns as the format documents them.
 
 pub fn check_recording(data: &[u8]) {
@@ -21,6 +21,12 @@ pub fn check_recording(data: &[u8]) {
     if let Ok(r) = recording::open_columns(&path, &["time_s", "total_w"]) {
         for b in r.flatten() {
             let _ = Rows::new(&b).len();
+        }
+    }
+    if let Ok(Some(o)) = recording::overview(&path) {
+        let _ = o.recording.counts();
+        if let Ok(Some(fine)) = o.finer() {
+            let _ = fine.recording.counts();
         }
     }
     let _ = std::fs::remove_file(&path);

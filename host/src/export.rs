@@ -229,7 +229,7 @@ fn write_parquet(rec: &impl Source, kinds: &[Kind], file: File) -> Result<Writte
 /// JSON saying where the export came from and which kinds of rows it holds.
 fn export_note(rec: &impl Source, kinds: &[Kind]) -> String {
     let all = kinds.is_empty();
-    let names: Vec<&str> = Kind::ALL
+    let names: Vec<&str> = Kind::TABLE
         .iter()
         .filter(|k| all || kinds.contains(k))
         .map(|k| k.name())

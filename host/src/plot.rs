@@ -15,7 +15,7 @@ use arrow_array::Array;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::recording::{Kind, Rows, Source};
+use crate::recording::{self, Kind, Rows, Source};
 
 /// The embedded font (DejaVu Sans, licence in `host/assets`): no system font library needed.
 static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
@@ -232,6 +232,26 @@ impl Envelope {
         self.touched = Some(self.touched.map_or((c, c), |(a, b)| (a.min(c), b.max(c))));
     }
 
+    /// Adds a bin of values gathered elsewhere (a summary row of the recording) at `t`.
+    pub fn push_bin(&mut self, t: f64, bin: Bin) {
+        let Some(c) = column(t, self.t0, self.t1, self.bins.len()) else {
+            return;
+        };
+        if bin.n == 0 || !(bin.min.is_finite() && bin.max.is_finite() && bin.sum.is_finite()) {
+            return;
+        }
+        match &mut self.bins[c] {
+            Some(b) => {
+                b.min = b.min.min(bin.min);
+                b.max = b.max.max(bin.max);
+                b.sum += bin.sum;
+                b.n += bin.n;
+            }
+            empty => *empty = Some(bin),
+        }
+        self.touched = Some(self.touched.map_or((c, c), |(a, b)| (a.min(c), b.max(c))));
+    }
+
     /// The filled columns, in order, leaving the envelope empty for the next run.
     pub fn take(&mut self) -> Vec<(usize, Bin)> {
         let Some((a, b)) = self.touched.take() else {
@@ -382,6 +402,30 @@ pub fn render(rec: &impl Source, out: &Path, opts: &Options) -> anyhow::Result<P
     Ok(plotted)
 }
 
+/// Plots a recording from its overview ([`recording::overview`]) where its summaries are
+/// fine enough for the window (at least two per pixel column: each column's band is then
+/// the least and most of whole summaries, as from the samples, and the mean line their
+/// mean); `None` where they are not, and the samples are to be read.
+pub fn render_overview(
+    ov: &recording::Overview,
+    out: &Path,
+    opts: &Options,
+) -> anyhow::Result<Option<Plotted>> {
+    check(out, opts)?;
+    let (from, to) = (opts.from.unwrap_or(f64::MIN), opts.to.unwrap_or(f64::MAX));
+    let mut summaries = 0usize;
+    for rows in ov.recording.rows() {
+        let time = rows.f64("time_s");
+        summaries += (0..rows.len())
+            .filter(|&i| rows.kind(i) == Kind::Summary && (from..=to).contains(&time.value(i)))
+            .count();
+    }
+    if summaries < 2 * Layout::new(opts.width, opts.height).columns() {
+        return Ok(None);
+    }
+    render(&ov.recording, out, opts).map(Some)
+}
+
 /// The times of the sample rows: the first, the last, and how many are in a window.
 #[derive(Debug, Clone, Copy)]
 struct Span {
@@ -405,6 +449,18 @@ impl Span {
         self.last = self.last.max(t);
         self.inside += u64::from(t >= from && t <= to);
     }
+
+    /// Adds the samples of summary row `i`, counted if its middle is in `[from, to]`.
+    fn add_summary(&mut self, rows: &Rows<'_>, i: usize, from: f64, to: f64) {
+        let t = rows.f64("time_s").value(i);
+        let d = Rows::get(rows.f64("duration_s"), i).unwrap_or(0.0);
+        let n = Rows::get(rows.u64("count"), i).unwrap_or(0);
+        self.first = self.first.min(t);
+        self.last = self.last.max(t + d);
+        if (from..=to).contains(&(t + d / 2.0)) {
+            self.inside += n;
+        }
+    }
 }
 
 /// The span of the samples, the window being `opts`' (open where not given): a pass over
@@ -412,13 +468,15 @@ impl Span {
 fn scan(rec: &impl Source, opts: &Options) -> anyhow::Result<Span> {
     let (from, to) = (opts.from.unwrap_or(f64::MIN), opts.to.unwrap_or(f64::MAX));
     let mut span = Span::new();
-    for batch in rec.batches(Some(&["time_s"]))? {
+    for batch in rec.batches(Some(&["time_s", "duration_s", "count"]))? {
         let batch = batch?;
         let rows = Rows::new(&batch);
         let time = rows.f64("time_s");
         for i in 0..rows.len() {
-            if rows.kind(i) == Kind::Sample {
-                span.add(time.value(i), from, to);
+            match rows.kind(i) {
+                Kind::Sample => span.add(time.value(i), from, to),
+                Kind::Summary => span.add_summary(&rows, i, from, to),
+                _ => {}
             }
         }
     }
@@ -480,10 +538,25 @@ fn collect(
         .map(|r| format!("{r}_w"))
         .chain(["total_w".to_string()])
         .collect();
-    let wanted: Vec<&str> = ["time_s", "duration_s", "line", "rising", "text", "logger_w"]
-        .into_iter()
-        .chain(watts.iter().map(String::as_str))
+    // An overview's summaries also have each series' least and most.
+    let extremes: Vec<[String; 2]> = watts
+        .iter()
+        .map(|w| [format!("{w}_min"), format!("{w}_max")])
+        .filter(|[lo, _]| rec.schema().index_of(lo).is_ok())
         .collect();
+    let wanted: Vec<&str> = [
+        "time_s",
+        "duration_s",
+        "count",
+        "line",
+        "rising",
+        "text",
+        "logger_w",
+    ]
+    .into_iter()
+    .chain(watts.iter().map(String::as_str))
+    .chain(extremes.iter().flatten().map(String::as_str))
+    .collect();
     let mut span = Span::new();
     let mut env: Vec<Envelope> = names
         .iter()
@@ -502,11 +575,16 @@ fn collect(
     let mut edges: BTreeMap<u8, EdgeLine> = BTreeMap::new();
     let mut logger = Vec::new();
     let mut n_edges = 0;
+    let mut last_summary: Option<(f64, f64)> = None;
     for batch in rec.batches(Some(&wanted))? {
         let batch = batch?;
         let rows = Rows::new(&batch);
         let time = rows.f64("time_s");
         let cols: Vec<_> = watts.iter().map(|w| rows.f32(w)).collect();
+        let ext: Vec<_> = extremes
+            .iter()
+            .map(|[lo, hi]| (rows.f32(lo), rows.f32(hi)))
+            .collect();
         for i in 0..rows.len() {
             let t = time.value(i);
             match rows.kind(i) {
@@ -515,6 +593,36 @@ fn collect(
                     for (e, c) in env.iter_mut().zip(&cols) {
                         if let Some(v) = Rows::get(c, i) {
                             e.push(t, v);
+                        }
+                    }
+                }
+                Kind::Summary if ext.len() == cols.len() => {
+                    span.add_summary(&rows, i, t0, t1);
+                    let d = Rows::get(rows.f64("duration_s"), i).unwrap_or(0.0);
+                    let mid = t + d / 2.0;
+                    let n = Rows::get(rows.u64("count"), i).unwrap_or(0);
+                    // Summaries never span a gap: where one starts later than a sample
+                    // period and a half after the last ended, samples are missing.
+                    if let Some((end, period)) = last_summary {
+                        if t - end > 1.5 * period {
+                            end_runs(&mut env, &mut runs);
+                            if t >= t0 && end <= t1 {
+                                gaps.push((end + period, t));
+                            }
+                        }
+                    }
+                    let period = if n > 1 {
+                        d / (n - 1) as f64
+                    } else {
+                        last_summary.map_or(0.0, |l| l.1)
+                    };
+                    last_summary = Some((t + d, period));
+                    for (e, (c, (lo, hi))) in env.iter_mut().zip(cols.iter().zip(&ext)) {
+                        if let (Some(mean), Some(min), Some(max)) =
+                            (Rows::get(c, i), Rows::get(lo, i), Rows::get(hi, i))
+                        {
+                            let sum = f64::from(mean) * n as f64;
+                            e.push_bin(mid, Bin { min, max, sum, n });
                         }
                     }
                 }

@@ -60,6 +60,11 @@ pub const LOGGER_TEMP_SINCE: u32 = 4;
 pub const BLOCKS_SINCE: u32 = 5;
 /// The `kind` of a block row (on disk only: readers give out its samples).
 const BLOCK: &str = "block";
+/// A summary row of the fine level covers at most this many samples (and never a gap or
+/// a jump of the clock).
+pub const SUMMARY_SAMPLES: u64 = 1024;
+/// A summary row of the coarse level gathers at most this many of the fine level's.
+pub const SUMMARY_LEVEL: u64 = 64;
 /// The columns a block row fills, which expanding it needs.
 const BLOCK_COLUMNS: [&str; 7] = [
     "time_s",
@@ -103,12 +108,32 @@ pub enum Kind {
     /// A DVFS level the host requested (its name in `text`), bracketed by host clock
     /// reads.
     DvfsRequest,
+    /// The power over a stretch of samples: per rail and in total, the mean (in
+    /// `<rail>_w`, `total_w`), the least and the most (`_w_min`, `_w_max`). Format 5 on;
+    /// only in the recording's overview ([`overview`]): a reader's table leaves them out.
+    Summary,
 }
 
 /// Number of kinds.
-pub const KINDS: usize = 12;
+pub const KINDS: usize = 13;
 
 impl Kind {
+    /// The kinds of the table a reader gives out (every kind but [`Kind::Summary`]).
+    pub const TABLE: [Kind; KINDS - 1] = [
+        Kind::Sample,
+        Kind::Gap,
+        Kind::Edge,
+        Kind::TimeSync,
+        Kind::Logger,
+        Kind::Status,
+        Kind::Info,
+        Kind::Log,
+        Kind::Execution,
+        Kind::ClockRead,
+        Kind::Driven,
+        Kind::DvfsRequest,
+    ];
+
     /// Every kind, in the order of the `kind` column's dictionary.
     pub const ALL: [Kind; KINDS] = [
         Kind::Sample,
@@ -123,6 +148,7 @@ impl Kind {
         Kind::ClockRead,
         Kind::Driven,
         Kind::DvfsRequest,
+        Kind::Summary,
     ];
 
     /// The name in the `kind` column.
@@ -140,6 +166,7 @@ impl Kind {
             Kind::ClockRead => "clock_read",
             Kind::Driven => "driven",
             Kind::DvfsRequest => "dvfs_request",
+            Kind::Summary => "summary",
         }
     }
 
@@ -293,18 +320,35 @@ fn unit_field(name: &str, data_type: DataType, unit: &str) -> Field {
 
 /// The schema of a recording with these rails and code channels, of format version
 /// `meta.version` (before [`LOGGER_TEMP_SINCE`], without `logger_temp_c`; before
-/// [`BLOCKS_SINCE`], without `period_ticks` and `codes`), as it is on disk.
+/// [`BLOCKS_SINCE`], without the columns of block and summary rows), as it is on disk.
 pub fn schema(meta: &Meta) -> Schema {
-    columns(meta, meta.version >= BLOCKS_SINCE)
+    let v5 = meta.version >= BLOCKS_SINCE;
+    columns(meta, v5, v5)
 }
 
 /// The schema of the table a reader gives out: the one on disk without the columns of
-/// block rows, which it expands into sample rows.
+/// block rows (it expands them into sample rows) and of summary rows (it leaves them out).
 pub fn table_schema(meta: &Meta) -> Schema {
-    columns(meta, false)
+    columns(meta, false, false)
 }
 
-fn columns(meta: &Meta, blocks: bool) -> Schema {
+/// The schema of a recording's overview ([`overview`]): the table's and the summaries'.
+pub fn overview_schema(meta: &Meta) -> Schema {
+    columns(meta, false, true)
+}
+
+/// The least and most watts of a summary row: `<rail>_w_min`, `<rail>_w_max` per rail,
+/// then `total_w_min`, `total_w_max`.
+fn extreme_columns(meta: &Meta) -> Vec<String> {
+    meta.rails
+        .iter()
+        .map(String::as_str)
+        .chain(["total"])
+        .flat_map(|r| [format!("{r}_w_min"), format!("{r}_w_max")])
+        .collect()
+}
+
+fn columns(meta: &Meta, blocks: bool, summaries: bool) -> Schema {
     use DataType as D;
     let mut fields = vec![
         Field::new(
@@ -357,6 +401,11 @@ fn columns(meta: &Meta, blocks: bool) -> Schema {
                 "code",
             ),
         ]);
+    }
+    if summaries {
+        for name in extreme_columns(meta) {
+            fields.push(unit_field(&name, D::Float32, "W"));
+        }
     }
     let json = serde_json::to_string(meta).unwrap_or_default();
     Schema::new(fields).with_metadata(HashMap::from([
@@ -562,6 +611,8 @@ struct Columns {
     period_ticks: arrow_array::builder::UInt32Builder,
     /// Each block row's codes, sample after sample.
     block_codes: ListBuilder<Int16Builder>,
+    /// A summary row's least and most watts: per rail, then the total.
+    extremes: Vec<[Float32Builder; 2]>,
 }
 
 impl Columns {
@@ -594,6 +645,7 @@ impl Columns {
             period_ticks: arrow_array::builder::UInt32Builder::new(),
             block_codes: ListBuilder::new(Int16Builder::new())
                 .with_field(Arc::new(Field::new_list_field(DataType::Int16, false))),
+            extremes: (0..=rails).map(|_| Default::default()).collect(),
         }
     }
 
@@ -606,387 +658,9 @@ impl Columns {
         row
     }
 
-    /// Pads every column to the row count with nulls.
-    fn pad_all(&mut self) {
-        let n = self.kind.len();
-        self.index.at(n);
-        self.tick.at(n);
-        for r in &mut self.rails {
-            for b in r {
-                b.at(n);
-            }
-        }
-        self.total_w.at(n);
-        for b in &mut self.codes {
-            b.at(n);
-        }
-        self.line.at(n);
-        self.rising.at(n);
-        self.count.at(n);
-        self.duration_s.at(n);
-        self.host_send_ns.at(n);
-        self.host_recv_ns.at(n);
-        self.tx_tick.at(n);
-        self.logger_w.at(n);
-        self.logger_instant_w.at(n);
-        self.logger_temp_c.at(n);
-        self.text.at(n);
-        self.gpu_ticks.at(n);
-        self.gpu_end_ticks.at(n);
-        self.train.at(n);
-        self.index_in_train.at(n);
-        self.kernel.at(n);
-        self.own_s.at(n);
-        self.period_ticks.at(n);
-        self.block_codes.at(n);
-    }
-
-    fn finish(&mut self, kinds: &ArrayRef) -> Result<Vec<ArrayRef>, ArrowError> {
-        self.pad_all();
-        let keys = self.kind.finish();
-        let mut out: Vec<ArrayRef> = vec![
-            Arc::new(DictionaryArray::try_new(keys, kinds.clone())?),
-            Arc::new(self.time_s.finish()),
-            Arc::new(self.index.finish()),
-            Arc::new(self.tick.finish()),
-        ];
-        for r in &mut self.rails {
-            for b in r {
-                out.push(Arc::new(b.finish()));
-            }
-        }
-        out.push(Arc::new(self.total_w.finish()));
-        for b in &mut self.codes {
-            out.push(Arc::new(b.finish()));
-        }
-        out.extend::<[ArrayRef; 11]>([
-            Arc::new(self.line.finish()),
-            Arc::new(self.rising.finish()),
-            Arc::new(self.count.finish()),
-            Arc::new(self.duration_s.finish()),
-            Arc::new(self.host_send_ns.finish()),
-            Arc::new(self.host_recv_ns.finish()),
-            Arc::new(self.tx_tick.finish()),
-            Arc::new(self.logger_w.finish()),
-            Arc::new(self.logger_instant_w.finish()),
-            Arc::new(self.logger_temp_c.finish()),
-            Arc::new(self.text.finish()),
-        ]);
-        out.extend::<[ArrayRef; 8]>([
-            Arc::new(self.gpu_ticks.finish()),
-            Arc::new(self.gpu_end_ticks.finish()),
-            Arc::new(self.train.finish()),
-            Arc::new(self.index_in_train.finish()),
-            Arc::new(self.kernel.finish()),
-            Arc::new(self.own_s.finish()),
-            Arc::new(self.period_ticks.finish()),
-            Arc::new(self.block_codes.finish()),
-        ]);
-        Ok(out)
-    }
-}
-
-/// An output file taken for writing: opened, and locked against every other writer that
-/// locks it (every railtrace command does) for as long as it is held. An existing file
-/// is only emptied once the writer starts, so a run that fails before it leaves the file
-/// as it was; a file the claim created is removed again by [`Claim::abandon`].
-#[derive(Debug)]
-pub struct Claim {
-    path: PathBuf,
-    file: Flock<File>,
-    created: bool,
-}
-
-impl Claim {
-    /// Takes `path` for writing: refused if it exists (unless `replace`), if another
-    /// program holds its lock, or if it cannot be written (its folder missing, no
-    /// permission), so that all of that is found before a device starts.
-    pub fn new(path: &Path, replace: bool) -> Result<Claim, RecordingError> {
-        let io = |error| RecordingError::Io {
-            path: path.to_path_buf(),
-            error,
-        };
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true);
-        let (file, created) = match options.clone().create_new(true).open(path) {
-            Ok(f) => (f, true),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                if !replace {
-                    return Err(RecordingError::Exists {
-                        path: path.to_path_buf(),
-                    });
-                }
-                (options.open(path).map_err(io)?, false)
-            }
-            Err(e) => return Err(io(e)),
-        };
-        let file = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(f) => f,
-            Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
-                if created {
-                    let _ = std::fs::remove_file(path);
-                }
-                return Err(RecordingError::Locked {
-                    path: path.to_path_buf(),
-                });
-            }
-            Err((_, e)) => return Err(io(e.into())),
-        };
-        Ok(Claim {
-            path: path.to_path_buf(),
-            file,
-            created,
-        })
-    }
-
-    /// The file.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Gives the file up unwritten: removed if this claim created it, else left as it was.
-    pub fn abandon(self) {
-        if self.created {
-            let _ = std::fs::remove_file(&self.path);
-        }
-    }
-}
-
-/// Refuses an output that exists (unless `replace`), that another program is writing,
-/// or that cannot be written, leaving it as it was: for a command to check what it will
-/// write before it starts a device or a long run.
-pub fn check_output(path: &Path, replace: bool) -> Result<(), RecordingError> {
-    Claim::new(path, replace).map(Claim::abandon)
-}
-
-/// Writes a recording.
-pub struct Writer {
-    path: PathBuf,
-    file: Flock<File>,
-    /// The stream's messages as written, each sealed with its CRC-32C (RECORDING.md).
-    sealed: Vec<u8>,
-    schema: SchemaRef,
-    ipc: StreamWriter<Vec<u8>>,
-    kinds: ArrayRef,
-    cols: Columns,
-    /// The block row being filled, if the last row is one.
-    open: Option<OpenBlock>,
-    /// Channels per sample of a block ([`Meta::derive`]), 0 without it.
-    block_channels: usize,
-    /// Samples in the buffered block rows beyond one row each.
-    block_extra: usize,
-    last_flush: Instant,
-    rows_written: u64,
-    bytes_written: u64,
-}
-
-/// A block row still taking samples.
-#[derive(Debug)]
-struct OpenBlock {
-    row: usize,
-    time_s: f64,
-    next_index: u64,
-    next_tick: u64,
-    period_ticks: u32,
-    period_s: f64,
-    samples: u64,
-}
-
-impl std::fmt::Debug for Writer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Writer")
-            .field("path", &self.path)
-            .field("pending", &self.pending())
-            .field("rows_written", &self.rows_written)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Writer {
-    /// Creates (or replaces) `path`, locked, and writes the schema at once, so that even
-    /// a recording killed before its first batch opens. The recording is of this format
-    /// version ([`FORMAT_VERSION`]), whatever `meta.version` says.
-    pub fn create(path: &Path, meta: &Meta) -> Result<Writer, RecordingError> {
-        Writer::start(Claim::new(path, true)?, meta)
-    }
-
-    /// Starts writing the claimed file (emptied first), as [`Writer::create`] does.
-    pub fn start(claim: Claim, meta: &Meta) -> Result<Writer, RecordingError> {
-        let path = &claim.path;
-        let io = |error| RecordingError::Io {
-            path: path.to_path_buf(),
-            error,
-        };
-        let arrow = |error| RecordingError::Arrow {
-            path: path.to_path_buf(),
-            error,
-        };
-        let meta = Meta {
-            version: FORMAT_VERSION,
-            ..meta.clone()
-        };
-        let schema = Arc::new(schema(&meta));
-        let file = claim.file;
-        file.set_len(0).map_err(io)?;
-        // A capture's bulk is its block rows' codes, which LZ4 hardly shortens (noise in
-        // their low bits) at a third of the writer's time: its batches are not compressed.
-        // Everything else is (rows of floats, mostly null columns).
-        let compression = meta.derive.is_none().then_some(CompressionType::LZ4_FRAME);
-        let options = IpcWriteOptions::default()
-            .try_with_compression(compression)
-            .map_err(arrow)?;
-        let ipc =
-            StreamWriter::try_new_with_options(Vec::new(), &schema, options).map_err(arrow)?;
-        let names: StringArray = Kind::ALL
-            .iter()
-            .map(|k| Some(k.name()))
-            .chain([Some(BLOCK)])
-            .collect();
-        let mut w = Writer {
-            path: path.to_path_buf(),
-            file,
-            sealed: Vec::new(),
-            cols: Columns::new(meta.rails.len(), meta.code_channels.len()),
-            schema,
-            ipc,
-            kinds: Arc::new(names),
-            open: None,
-            block_channels: meta.derive.as_ref().map_or(0, |d| d.channels.len()),
-            block_extra: 0,
-            last_flush: Instant::now(),
-            rows_written: 0,
-            bytes_written: 0,
-        };
-        w.write_out()?;
-        Ok(w)
-    }
-
-    /// The file.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Rows written to the file so far (not counting those still buffered).
-    pub fn rows_written(&self) -> u64 {
-        self.rows_written
-    }
-
-    /// Bytes written to the file so far.
-    pub fn bytes_written(&self) -> u64 {
-        self.bytes_written
-    }
-
-    /// Adds a sample row: per rail (volts, amperes) in [`Meta::rails`] order (NaN where
-    /// the rig does not measure it), and the raw codes in [`Meta::code_channels`] order.
-    pub fn sample(
-        &mut self,
-        time_s: f64,
-        index: Option<u64>,
-        tick: Option<u64>,
-        rails: &[(f32, f32)],
-        codes: &[i16],
-    ) {
-        self.close_block();
-        let c = &mut self.cols;
-        let r = c.begin(Kind::Sample, time_s);
-        c.index.at(r).append_option(index);
-        c.tick.at(r).append_option(tick);
-        let mut total = 0.0f32;
-        for (b, &(v, a)) in c.rails.iter_mut().zip(rails) {
-            let w = v * a;
-            for (b, x) in b.iter_mut().zip([v, a, w]) {
-                b.at(r).append_option(x.is_finite().then_some(x));
-            }
-            if w.is_finite() {
-                total += w;
-            }
-        }
-        c.total_w.at(r).append_value(total);
-        for (b, &code) in c.codes.iter_mut().zip(codes) {
-            b.at(r).append_value(code);
-        }
-    }
-
-    /// Adds `codes.len() / channels` consecutive samples, numbered from `first_index`,
-    /// the first at `time_s` and tick `first_tick`, one every `period_ticks` ticks
-    /// (`period_s`): their raw codes in [`Derive::channels`] order, sample after sample.
-    /// They are read back as sample rows, with volts, amperes and watts made by
-    /// [`Meta::derive`] exactly as [`Writer::sample`] makes them. A run that goes on
-    /// where the last one ended (the next index and tick, the same clock, nothing in
-    /// between) grows the same block row.
-    ///
-    /// # Panics
-    /// If the recording's [`Meta`] has no `derive`.
-    pub fn block(
-        &mut self,
-        time_s: f64,
-        first_index: u64,
-        first_tick: u64,
-        period_ticks: u32,
-        period_s: f64,
-        codes: &[i16],
-    ) {
-        assert!(
-            self.block_channels > 0,
-            "block rows need the recording's derive"
-        );
-        let n = (codes.len() / self.block_channels) as u64;
-        if n == 0 {
-            return;
-        }
-        let codes = &codes[..n as usize * self.block_channels];
-        let last = self.cols.kind.len().checked_sub(1);
-        if let Some(o) = self.open.as_mut().filter(|o| {
-            Some(o.row) == last
-                && o.next_index == first_index
-                && o.next_tick == first_tick
-                && o.period_ticks == period_ticks
-                && (o.time_s + o.samples as f64 * o.period_s - time_s).abs() <= 1e-9
-        }) {
-            o.samples += n;
-            o.next_index += n;
-            o.next_tick += n * u64::from(period_ticks);
-            self.cols.block_codes.values().append_slice(codes);
-            self.block_extra += n as usize;
-            return;
-        }
-        self.close_block();
-        let c = &mut self.cols;
-        let row = c.kind.len();
-        c.kind.append_value(KINDS as i8);
-        c.time_s.append_value(time_s);
-        c.index.at(row).append_value(first_index);
-        c.tick.at(row).append_value(first_tick);
-        c.period_ticks.at(row).append_value(period_ticks);
-        c.block_codes.at(row).values().append_slice(codes);
-        self.block_extra += n as usize - 1;
-        self.open = Some(OpenBlock {
-            row,
-            time_s,
-            next_index: first_index + n,
-            next_tick: first_tick + n * u64::from(period_ticks),
-            period_ticks,
-            period_s,
-            samples: n,
-        });
-    }
-
-    /// Ends the block row being filled, if any.
-    fn close_block(&mut self) {
-        if let Some(o) = self.open.take() {
-            let c = &mut self.cols;
-            c.block_codes.append(true);
-            c.count.at(o.row).append_value(o.samples);
-            c.duration_s
-                .at(o.row)
-                .append_value(o.samples as f64 * o.period_s);
-        }
-    }
-
     /// Adds an event row.
-    pub fn event(&mut self, e: &Event) {
-        self.close_block();
-        let c = &mut self.cols;
+    fn event(&mut self, e: &Event) {
+        let c = self;
         match e {
             Event::Gap {
                 time_s,
@@ -1109,6 +783,555 @@ impl Writer {
         }
     }
 
+    /// Pads every column to the row count with nulls.
+    fn pad_all(&mut self) {
+        let n = self.kind.len();
+        self.index.at(n);
+        self.tick.at(n);
+        for r in &mut self.rails {
+            for b in r {
+                b.at(n);
+            }
+        }
+        self.total_w.at(n);
+        for b in &mut self.codes {
+            b.at(n);
+        }
+        self.line.at(n);
+        self.rising.at(n);
+        self.count.at(n);
+        self.duration_s.at(n);
+        self.host_send_ns.at(n);
+        self.host_recv_ns.at(n);
+        self.tx_tick.at(n);
+        self.logger_w.at(n);
+        self.logger_instant_w.at(n);
+        self.logger_temp_c.at(n);
+        self.text.at(n);
+        self.gpu_ticks.at(n);
+        self.gpu_end_ticks.at(n);
+        self.train.at(n);
+        self.index_in_train.at(n);
+        self.kernel.at(n);
+        self.own_s.at(n);
+        self.period_ticks.at(n);
+        self.block_codes.at(n);
+        for b in self.extremes.iter_mut().flatten() {
+            b.at(n);
+        }
+    }
+
+    fn finish(&mut self, kinds: &ArrayRef) -> Result<Vec<ArrayRef>, ArrowError> {
+        self.pad_all();
+        let keys = self.kind.finish();
+        let mut out: Vec<ArrayRef> = vec![
+            Arc::new(DictionaryArray::try_new(keys, kinds.clone())?),
+            Arc::new(self.time_s.finish()),
+            Arc::new(self.index.finish()),
+            Arc::new(self.tick.finish()),
+        ];
+        for r in &mut self.rails {
+            for b in r {
+                out.push(Arc::new(b.finish()));
+            }
+        }
+        out.push(Arc::new(self.total_w.finish()));
+        for b in &mut self.codes {
+            out.push(Arc::new(b.finish()));
+        }
+        out.extend::<[ArrayRef; 11]>([
+            Arc::new(self.line.finish()),
+            Arc::new(self.rising.finish()),
+            Arc::new(self.count.finish()),
+            Arc::new(self.duration_s.finish()),
+            Arc::new(self.host_send_ns.finish()),
+            Arc::new(self.host_recv_ns.finish()),
+            Arc::new(self.tx_tick.finish()),
+            Arc::new(self.logger_w.finish()),
+            Arc::new(self.logger_instant_w.finish()),
+            Arc::new(self.logger_temp_c.finish()),
+            Arc::new(self.text.finish()),
+        ]);
+        out.extend::<[ArrayRef; 8]>([
+            Arc::new(self.gpu_ticks.finish()),
+            Arc::new(self.gpu_end_ticks.finish()),
+            Arc::new(self.train.finish()),
+            Arc::new(self.index_in_train.finish()),
+            Arc::new(self.kernel.finish()),
+            Arc::new(self.own_s.finish()),
+            Arc::new(self.period_ticks.finish()),
+            Arc::new(self.block_codes.finish()),
+        ]);
+        for b in self.extremes.iter_mut().flatten() {
+            out.push(Arc::new(b.finish()));
+        }
+        Ok(out)
+    }
+}
+
+/// An output file taken for writing: opened, and locked against every other writer that
+/// locks it (every railtrace command does) for as long as it is held. An existing file
+/// is only emptied once the writer starts, so a run that fails before it leaves the file
+/// as it was; a file the claim created is removed again by [`Claim::abandon`].
+#[derive(Debug)]
+pub struct Claim {
+    path: PathBuf,
+    file: Flock<File>,
+    created: bool,
+}
+
+impl Claim {
+    /// Takes `path` for writing: refused if it exists (unless `replace`), if another
+    /// program holds its lock, or if it cannot be written (its folder missing, no
+    /// permission), so that all of that is found before a device starts.
+    pub fn new(path: &Path, replace: bool) -> Result<Claim, RecordingError> {
+        let io = |error| RecordingError::Io {
+            path: path.to_path_buf(),
+            error,
+        };
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true);
+        let (file, created) = match options.clone().create_new(true).open(path) {
+            Ok(f) => (f, true),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                if !replace {
+                    return Err(RecordingError::Exists {
+                        path: path.to_path_buf(),
+                    });
+                }
+                (options.open(path).map_err(io)?, false)
+            }
+            Err(e) => return Err(io(e)),
+        };
+        let file = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(f) => f,
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+                if created {
+                    let _ = std::fs::remove_file(path);
+                }
+                return Err(RecordingError::Locked {
+                    path: path.to_path_buf(),
+                });
+            }
+            Err((_, e)) => return Err(io(e.into())),
+        };
+        Ok(Claim {
+            path: path.to_path_buf(),
+            file,
+            created,
+        })
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Gives the file up unwritten: removed if this claim created it, else left as it was.
+    pub fn abandon(self) {
+        if self.created {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Refuses an output that exists (unless `replace`), that another program is writing,
+/// or that cannot be written, leaving it as it was: for a command to check what it will
+/// write before it starts a device or a long run.
+pub fn check_output(path: &Path, replace: bool) -> Result<(), RecordingError> {
+    Claim::new(path, replace).map(Claim::abandon)
+}
+
+/// Writes a recording.
+pub struct Writer {
+    path: PathBuf,
+    file: Flock<File>,
+    /// The stream's messages as written, each sealed with its CRC-32C (RECORDING.md).
+    sealed: Vec<u8>,
+    schema: SchemaRef,
+    ipc: StreamWriter<Vec<u8>>,
+    kinds: ArrayRef,
+    cols: Columns,
+    /// The block row being filled, if the last row is one.
+    open: Option<OpenBlock>,
+    /// Channels per sample of a block ([`Meta::derive`]), 0 without it.
+    block_channels: usize,
+    /// Samples in the buffered block rows beyond one row each.
+    block_extra: usize,
+    /// How block rows become watts, for their summaries.
+    derive: Option<Derive>,
+    /// The summaries being gathered: the fine level's, and the coarse level's of those.
+    summary: Summary,
+    coarse: Summary,
+    /// The overview written at the end, the fine level's summaries then the coarse's, and the gaps, edges and logger
+    overview: [Columns; 2],
+    last_flush: Instant,
+    rows_written: u64,
+    bytes_written: u64,
+}
+
+/// The power over a stretch of samples, gathered sample by sample: per rail and the
+/// total, the least, the most, the sum and how many.
+#[derive(Debug, Default)]
+struct Summary {
+    first_s: f64,
+    last_s: f64,
+    samples: u64,
+    /// The next sample's index and time, where the samples come in runs (blocks).
+    next: Option<(u64, f64)>,
+    min: Vec<f32>,
+    max: Vec<f32>,
+    sum: Vec<f64>,
+    n: Vec<u64>,
+    /// Summaries merged into it (the coarse level).
+    parts: u64,
+}
+
+impl Summary {
+    /// Adds a finer summary's samples.
+    fn merge(&mut self, f: &Summary) {
+        if self.samples == 0 {
+            self.first_s = f.first_s;
+        }
+        self.last_s = f.last_s;
+        self.samples += f.samples;
+        self.parts += 1;
+        for i in 0..self.min.len() {
+            self.min[i] = self.min[i].min(f.min[i]);
+            self.max[i] = self.max[i].max(f.max[i]);
+            self.sum[i] += f.sum[i];
+            self.n[i] += f.n[i];
+        }
+    }
+
+    fn new(series: usize) -> Summary {
+        Summary {
+            min: vec![f32::INFINITY; series],
+            max: vec![f32::NEG_INFINITY; series],
+            sum: vec![0.0; series],
+            n: vec![0; series],
+            ..Default::default()
+        }
+    }
+
+    /// Adds a sample at `t`: per rail (volts, amperes), watts and the total as a sample
+    /// row has them.
+    fn add(&mut self, t: f64, rails: &[(f32, f32)]) {
+        if self.samples == 0 {
+            self.first_s = t;
+        }
+        self.last_s = t;
+        self.samples += 1;
+        let mut total = 0.0f32;
+        let last = self.min.len() - 1;
+        for (i, &(v, a)) in rails.iter().enumerate() {
+            let w = v * a;
+            if w.is_finite() {
+                total += w;
+                self.put(i, w);
+            }
+        }
+        self.put(last, total);
+    }
+
+    fn put(&mut self, i: usize, w: f32) {
+        self.min[i] = self.min[i].min(w);
+        self.max[i] = self.max[i].max(w);
+        self.sum[i] += f64::from(w);
+        self.n[i] += 1;
+    }
+
+    /// Writes it as a summary row of `c` (nothing if it holds no sample).
+    fn write(&self, c: &mut Columns) {
+        if self.samples == 0 {
+            return;
+        }
+        let r = c.begin(Kind::Summary, self.first_s);
+        c.count.at(r).append_value(self.samples);
+        c.duration_s.at(r).append_value(self.last_s - self.first_s);
+        let means = c.rails.iter_mut().map(|b| &mut b[2]);
+        for (i, b) in means.chain([&mut c.total_w]).enumerate() {
+            let mean = (self.n[i] > 0).then(|| (self.sum[i] / self.n[i] as f64) as f32);
+            b.at(r).append_option(mean);
+            let [lo, hi] = &mut c.extremes[i];
+            lo.at(r).append_option(mean.map(|_| self.min[i]));
+            hi.at(r).append_option(mean.map(|_| self.max[i]));
+        }
+    }
+}
+
+/// A block row still taking samples.
+#[derive(Debug)]
+struct OpenBlock {
+    row: usize,
+    time_s: f64,
+    next_index: u64,
+    next_tick: u64,
+    period_ticks: u32,
+    period_s: f64,
+    samples: u64,
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer")
+            .field("path", &self.path)
+            .field("pending", &self.pending())
+            .field("rows_written", &self.rows_written)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Writer {
+    /// Creates (or replaces) `path`, locked, and writes the schema at once, so that even
+    /// a recording killed before its first batch opens. The recording is of this format
+    /// version ([`FORMAT_VERSION`]), whatever `meta.version` says.
+    pub fn create(path: &Path, meta: &Meta) -> Result<Writer, RecordingError> {
+        Writer::start(Claim::new(path, true)?, meta)
+    }
+
+    /// Starts writing the claimed file (emptied first), as [`Writer::create`] does.
+    pub fn start(claim: Claim, meta: &Meta) -> Result<Writer, RecordingError> {
+        let path = &claim.path;
+        let io = |error| RecordingError::Io {
+            path: path.to_path_buf(),
+            error,
+        };
+        let arrow = |error| RecordingError::Arrow {
+            path: path.to_path_buf(),
+            error,
+        };
+        let meta = Meta {
+            version: FORMAT_VERSION,
+            ..meta.clone()
+        };
+        let schema = Arc::new(schema(&meta));
+        let file = claim.file;
+        file.set_len(0).map_err(io)?;
+        // A capture's bulk is its block rows' codes, which LZ4 hardly shortens (noise in
+        // their low bits) at a third of the writer's time: its batches are not compressed.
+        // Everything else is (rows of floats, mostly null columns).
+        let compression = meta.derive.is_none().then_some(CompressionType::LZ4_FRAME);
+        let options = IpcWriteOptions::default()
+            .try_with_compression(compression)
+            .map_err(arrow)?;
+        let ipc =
+            StreamWriter::try_new_with_options(Vec::new(), &schema, options).map_err(arrow)?;
+        let names: StringArray = Kind::ALL
+            .iter()
+            .map(|k| Some(k.name()))
+            .chain([Some(BLOCK)])
+            .collect();
+        let mut w = Writer {
+            path: path.to_path_buf(),
+            file,
+            sealed: Vec::new(),
+            cols: Columns::new(meta.rails.len(), meta.code_channels.len()),
+            schema,
+            ipc,
+            kinds: Arc::new(names),
+            open: None,
+            block_channels: meta.derive.as_ref().map_or(0, |d| d.channels.len()),
+            block_extra: 0,
+            derive: meta.derive.clone(),
+            summary: Summary::new(meta.rails.len() + 1),
+            coarse: Summary::new(meta.rails.len() + 1),
+            overview: [0, 1].map(|_| Columns::new(meta.rails.len(), meta.code_channels.len())),
+            last_flush: Instant::now(),
+            rows_written: 0,
+            bytes_written: 0,
+        };
+        w.write_out(scan::ROWS)?;
+        Ok(w)
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Rows written to the file so far (not counting those still buffered).
+    pub fn rows_written(&self) -> u64 {
+        self.rows_written
+    }
+
+    /// Bytes written to the file so far.
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes_written
+    }
+
+    /// Adds a sample row: per rail (volts, amperes) in [`Meta::rails`] order (NaN where
+    /// the rig does not measure it), and the raw codes in [`Meta::code_channels`] order.
+    pub fn sample(
+        &mut self,
+        time_s: f64,
+        index: Option<u64>,
+        tick: Option<u64>,
+        rails: &[(f32, f32)],
+        codes: &[i16],
+    ) {
+        self.close_block();
+        self.summary.next = None;
+        self.summary.add(time_s, rails);
+        if self.summary.samples >= SUMMARY_SAMPLES {
+            self.close_summary_at(false);
+        }
+        let c = &mut self.cols;
+        let r = c.begin(Kind::Sample, time_s);
+        c.index.at(r).append_option(index);
+        c.tick.at(r).append_option(tick);
+        let mut total = 0.0f32;
+        for (b, &(v, a)) in c.rails.iter_mut().zip(rails) {
+            let w = v * a;
+            for (b, x) in b.iter_mut().zip([v, a, w]) {
+                b.at(r).append_option(x.is_finite().then_some(x));
+            }
+            if w.is_finite() {
+                total += w;
+            }
+        }
+        c.total_w.at(r).append_value(total);
+        for (b, &code) in c.codes.iter_mut().zip(codes) {
+            b.at(r).append_value(code);
+        }
+    }
+
+    /// Adds `codes.len() / channels` consecutive samples, numbered from `first_index`,
+    /// the first at `time_s` and tick `first_tick`, one every `period_ticks` ticks
+    /// (`period_s`): their raw codes in [`Derive::channels`] order, sample after sample.
+    /// They are read back as sample rows, with volts, amperes and watts made by
+    /// [`Meta::derive`] exactly as [`Writer::sample`] makes them. A run that goes on
+    /// where the last one ended (the next index and tick, the same clock, nothing in
+    /// between) grows the same block row.
+    ///
+    /// # Panics
+    /// If the recording's [`Meta`] has no `derive`.
+    pub fn block(
+        &mut self,
+        time_s: f64,
+        first_index: u64,
+        first_tick: u64,
+        period_ticks: u32,
+        period_s: f64,
+        codes: &[i16],
+    ) {
+        assert!(
+            self.block_channels > 0,
+            "block rows need the recording's derive"
+        );
+        let n = (codes.len() / self.block_channels) as u64;
+        if n == 0 {
+            return;
+        }
+        let codes = &codes[..n as usize * self.block_channels];
+        self.summarize(time_s, first_index, period_s, codes);
+        let last = self.cols.kind.len().checked_sub(1);
+        if let Some(o) = self.open.as_mut().filter(|o| {
+            Some(o.row) == last
+                && o.next_index == first_index
+                && o.next_tick == first_tick
+                && o.period_ticks == period_ticks
+                && (o.time_s + o.samples as f64 * o.period_s - time_s).abs() <= 1e-9
+        }) {
+            o.samples += n;
+            o.next_index += n;
+            o.next_tick += n * u64::from(period_ticks);
+            self.cols.block_codes.values().append_slice(codes);
+            self.block_extra += n as usize;
+            return;
+        }
+        self.close_block();
+        let c = &mut self.cols;
+        let row = c.kind.len();
+        c.kind.append_value(KINDS as i8);
+        c.time_s.append_value(time_s);
+        c.index.at(row).append_value(first_index);
+        c.tick.at(row).append_value(first_tick);
+        c.period_ticks.at(row).append_value(period_ticks);
+        c.block_codes.at(row).values().append_slice(codes);
+        self.block_extra += n as usize - 1;
+        self.open = Some(OpenBlock {
+            row,
+            time_s,
+            next_index: first_index + n,
+            next_tick: first_tick + n * u64::from(period_ticks),
+            period_ticks,
+            period_s,
+            samples: n,
+        });
+    }
+
+    /// Adds a block's samples to the summaries, starting a new one where the block does
+    /// not follow on from the last (a reconnect, a new clock anchor).
+    fn summarize(&mut self, time_s: f64, first_index: u64, period_s: f64, codes: &[i16]) {
+        let Some(d) = self.derive.take() else {
+            return;
+        };
+        let follows = self
+            .summary
+            .next
+            .is_some_and(|(i, t)| i == first_index && (t - time_s).abs() <= 1e-9);
+        if !follows {
+            self.close_summary();
+        }
+        let mut values = vec![(f32::NAN, f32::NAN); d.rails.len()];
+        let ch = d.channels.len();
+        let mut k = 0usize;
+        for row in codes.chunks_exact(ch) {
+            d.values(row, &mut values);
+            self.summary.add(time_s + k as f64 * period_s, &values);
+            k += 1;
+            if self.summary.samples >= SUMMARY_SAMPLES {
+                self.close_summary_at(false);
+            }
+        }
+        self.summary.next = Some((first_index + k as u64, time_s + k as f64 * period_s));
+        self.derive = Some(d);
+    }
+
+    /// Writes the summary being gathered, if it holds samples, and starts the next; the
+    /// coarse level's too where it is full or `coarse`.
+    fn close_summary_at(&mut self, coarse: bool) {
+        let series = self.summary.min.len();
+        if self.summary.samples > 0 {
+            self.summary.write(&mut self.overview[0]);
+            self.coarse.merge(&self.summary);
+        }
+        if coarse || self.coarse.parts >= SUMMARY_LEVEL {
+            self.coarse.write(&mut self.overview[1]);
+            self.coarse = Summary::new(series);
+        }
+        let next = self.summary.next;
+        self.summary = Summary::new(series);
+        self.summary.next = next;
+    }
+
+    /// Ends the summaries at a gap or a jump of the clock.
+    fn close_summary(&mut self) {
+        self.close_summary_at(true);
+    }
+
+    /// Ends the block row being filled, if any.
+    fn close_block(&mut self) {
+        if let Some(o) = self.open.take() {
+            let c = &mut self.cols;
+            c.block_codes.append(true);
+            c.count.at(o.row).append_value(o.samples);
+            c.duration_s
+                .at(o.row)
+                .append_value(o.samples as f64 * o.period_s);
+        }
+    }
+
+    /// Adds an event row.
+    pub fn event(&mut self, e: &Event) {
+        self.close_block();
+        if matches!(e, Event::Gap { .. }) {
+            self.close_summary(); // a summary never spans a gap
+        }
+        self.cols.event(e);
+    }
+
     /// Rows buffered, not yet written (each sample of a block counted as a row).
     pub fn pending(&self) -> usize {
         self.cols.kind.len() + self.block_extra
@@ -1137,16 +1360,17 @@ impl Writer {
         let columns = self.cols.finish(&self.kinds).map_err(arrow)?;
         let batch = RecordBatch::try_new(self.schema.clone(), columns).map_err(arrow)?;
         self.ipc.write(&batch).map_err(arrow)?;
-        self.write_out()?;
+        self.write_out(scan::ROWS)?;
         self.rows_written += rows as u64;
         self.block_extra = 0;
         Ok(())
     }
 
-    fn write_out(&mut self) -> Result<(), RecordingError> {
+    /// Writes the messages Arrow wrote, sealed, as holding `content` (see scan::seal).
+    fn write_out(&mut self, content: u8) -> Result<(), RecordingError> {
         let bytes = self.ipc.get_mut();
         self.sealed.clear();
-        scan::seal(bytes, &mut self.sealed).map_err(|e| RecordingError::Io {
+        scan::seal(bytes, &mut self.sealed, content).map_err(|e| RecordingError::Io {
             path: self.path.clone(),
             error: std::io::Error::other(format!(
                 "Arrow wrote a message railtrace cannot seal: {e}"
@@ -1163,14 +1387,39 @@ impl Writer {
         Ok(())
     }
 
-    /// Writes what is buffered and the stream's end marker, and syncs the file to disk.
+    /// Writes what is buffered, the overview (every summary) and the stream's end marker,
+    /// and syncs the file to disk.
     pub fn finish(mut self) -> Result<u64, RecordingError> {
+        self.close_summary();
         self.flush()?;
-        self.ipc.finish().map_err(|error| RecordingError::Arrow {
-            path: self.path.clone(),
+        let path = self.path.clone();
+        let arrow = |error| RecordingError::Arrow {
+            path: path.clone(),
             error,
-        })?;
-        self.write_out()?;
+        };
+        // The fine level, then the coarse: a reader finds the coarse one at the end and
+        // the fine one ending where it starts.
+        for (level, content) in [(0, scan::OVERVIEW_FINE), (1, scan::OVERVIEW)] {
+            if self.overview[level].kind.is_empty() {
+                continue;
+            }
+            let columns = self.overview[level].finish(&self.kinds).map_err(arrow)?;
+            let batch = RecordBatch::try_new(self.schema.clone(), columns).map_err(arrow)?;
+            // LZ4 whatever the rest is (mostly null columns): an Arrow writer of its own
+            // encodes it, and its record batch message is the one kept.
+            let options = IpcWriteOptions::default()
+                .try_with_compression(Some(CompressionType::LZ4_FRAME))
+                .map_err(arrow)?;
+            let mut own = StreamWriter::try_new_with_options(Vec::new(), &self.schema, options)
+                .map_err(arrow)?;
+            own.write(&batch).map_err(arrow)?;
+            let bytes = own.get_ref();
+            let last = scan::last_message(bytes).unwrap_or(0);
+            self.ipc.get_mut().extend_from_slice(&bytes[last..]);
+            self.write_out(content)?;
+        }
+        self.ipc.finish().map_err(arrow)?;
+        self.write_out(scan::ROWS)?;
         self.file.sync_all().map_err(|error| RecordingError::Io {
             path: self.path.clone(),
             error,
@@ -1436,10 +1685,14 @@ fn expand(batch: &RecordBatch, out: &SchemaRef, meta: &Meta) -> Result<RecordBat
     let (mut src, mut within) = (Vec::with_capacity(n_in), Vec::with_capacity(n_in));
     let mut block = None;
     for i in 0..n_in {
-        if kind(i).is_some() {
-            src.push(i as u32);
-            within.push(ROW);
-            continue;
+        match kind(i) {
+            Some(Kind::Summary) => continue, // in the overview, not the table
+            Some(_) => {
+                src.push(i as u32);
+                within.push(ROW);
+                continue;
+            }
+            None => {}
         }
         let b = match block {
             Some(b) => b,
@@ -1607,6 +1860,181 @@ fn expand(batch: &RecordBatch, out: &SchemaRef, meta: &Meta) -> Result<RecordBat
         given.push(c);
     }
     RecordBatch::try_new(out.clone(), given).map_err(|e| e.to_string())
+}
+
+/// A recording's overview: what a plot of its whole length needs, without its samples.
+#[derive(Debug)]
+pub struct Overview {
+    /// Its summary rows of one level, in order (a fine one per [`SUMMARY_SAMPLES`]
+    /// samples or fewer, a coarse one per [`SUMMARY_LEVEL`] fine ones or fewer; never
+    /// across a gap or a jump of the clock), in the columns of [`overview_schema`].
+    pub recording: Recording,
+    /// The bytes read to get it.
+    pub bytes_read: u64,
+    /// The coarse level (the file's last batch); false for the fine one.
+    pub coarse: bool,
+    /// Where it starts in the file (the fine level ends there), and the schema's and
+    /// dictionary's messages with their column nodes.
+    at: u64,
+    head: (u64, Vec<bool>),
+}
+
+/// How far from its end a recording's overview is looked for.
+const OVERVIEW_SEARCH: u64 = 1 << 30;
+
+/// The overview of a recording that its writer closed (format 5 on), read from its end
+/// without reading its samples: its schema and kind dictionary, then its last record
+/// batch, the coarse level's summaries (sealed as such, and checked against its
+/// CRC-32C); [`Overview::finer`] reads the fine level's. `None` where the file has none
+/// (not closed, an older format, or damaged there): its samples are then read instead.
+pub fn overview(path: &Path) -> Result<Option<Overview>, RecordingError> {
+    let io = |error| RecordingError::Io {
+        path: path.to_path_buf(),
+        error,
+    };
+    let mut file = File::open(path).map_err(io)?;
+    let len = file.metadata().map_err(io)?.len();
+    let mut tail = [0u8; 8];
+    if len < 16 {
+        return Ok(None);
+    }
+    file.seek(SeekFrom::Start(len - 8)).map_err(io)?;
+    file.read_exact(&mut tail).map_err(io)?;
+    if tail != END_OF_STREAM {
+        return Ok(None);
+    }
+    let Ok(Some(schema)) = scan::message(&mut file, 0, len, true, false, &[]) else {
+        return Ok(None);
+    };
+    // The kind dictionary follows the schema (the writer sends it once).
+    let Ok(Some(dictionary)) = scan::message(&mut file, schema.end, len, false, true, &schema.top)
+    else {
+        return Ok(None);
+    };
+    if dictionary.is_batch {
+        return Ok(None);
+    }
+    let head = (dictionary.end, schema.top);
+    level(
+        path,
+        file,
+        head,
+        len - 8,
+        scan::OVERVIEW,
+        dictionary.end + 8,
+    )
+}
+
+impl Overview {
+    /// The fine level's summaries, from the batch that ends where this (coarse) one
+    /// starts; `None` for the fine level itself, or where there is none.
+    pub fn finer(&self) -> Result<Option<Overview>, RecordingError> {
+        if !self.coarse {
+            return Ok(None);
+        }
+        let path = &self.recording.path;
+        let file = File::open(path).map_err(|error| RecordingError::Io {
+            path: path.clone(),
+            error,
+        })?;
+        level(
+            path,
+            file,
+            self.head.clone(),
+            self.at,
+            scan::OVERVIEW_FINE,
+            0,
+        )
+    }
+}
+
+/// The overview level `content` that ends at `end` of `file` (after `head`, the schema's
+/// and dictionary's messages), found by looking back from `end` in growing stretches
+/// (a small overview costs a small read).
+fn level(
+    path: &Path,
+    mut file: File,
+    head: (u64, Vec<bool>),
+    end: u64,
+    content: u8,
+    mut bytes_read: u64,
+) -> Result<Option<Overview>, RecordingError> {
+    let io = |error| RecordingError::Io {
+        path: path.to_path_buf(),
+        error,
+    };
+    let lowest = end.saturating_sub(OVERVIEW_SEARCH).max(head.0);
+    let mut upto = end;
+    let mut found = None;
+    let mut buf = vec![0u8; 1 << 14];
+    'search: while upto > lowest && found.is_none() {
+        if buf.len() < 1 << 24 && upto < end {
+            buf = vec![0u8; buf.len() * 4];
+        }
+        let from = upto.saturating_sub(buf.len() as u64 - 3).max(lowest);
+        let n = (upto - from) as usize + 3.min((end - upto) as usize);
+        file.seek(SeekFrom::Start(from)).map_err(io)?;
+        file.read_exact(&mut buf[..n]).map_err(io)?;
+        bytes_read += n as u64;
+        for i in (0..n.saturating_sub(3)).rev() {
+            if buf[i..i + 4] != [0xFF; 4] {
+                continue;
+            }
+            let at = from + i as u64;
+            if let Ok(Some(m)) = scan::message(&mut file, at, end, false, true, &head.1) {
+                if m.end == end && m.content == content {
+                    bytes_read += end - at;
+                    found = Some(at);
+                    break 'search;
+                }
+            }
+        }
+        upto = from;
+    }
+    let Some(at) = found else {
+        return Ok(None);
+    };
+    let ranges = vec![(0, head.0), (at, end)];
+    let stream = BufReader::new(scan::Ranges::new(file, ranges));
+    let Ok(reader) = StreamReader::try_new(stream, None) else {
+        return Ok(None);
+    };
+    let meta = check_schema(path, &reader.schema())?;
+    if meta.version < BLOCKS_SINCE {
+        return Ok(None);
+    }
+    let schema = Arc::new(overview_schema(&meta).with_metadata(reader.schema().metadata().clone()));
+    let mut batches = Vec::new();
+    for b in reader {
+        let b = b.map_err(|error| RecordingError::Arrow {
+            path: path.to_path_buf(),
+            error,
+        })?;
+        check_kinds(&b, true).map_err(|why| RecordingError::Foreign {
+            path: path.to_path_buf(),
+            why,
+        })?;
+        batches.push(
+            upgrade_batch(&b, &schema).map_err(|error| RecordingError::Arrow {
+                path: path.to_path_buf(),
+                error,
+            })?,
+        );
+    }
+    Ok(Some(Overview {
+        recording: Recording {
+            path: path.to_path_buf(),
+            meta,
+            schema,
+            batches,
+            finalised: true,
+            damage: Vec::new(),
+        },
+        bytes_read,
+        coarse: content == scan::OVERVIEW,
+        at,
+        head,
+    }))
 }
 
 /// The recording's metadata, if `schema` is that of a recording this code reads.
@@ -2373,6 +2801,190 @@ mod tests {
         assert_eq!(names.len(), table_schema(&blocks_meta()).fields().len());
     }
 
+    /// The largest `total_w_max` of the fine summaries from the one at `t` up to `k`.
+    fn samples_max_between(fine: &Recording, t: f64, k: usize) -> f32 {
+        let mut all = Vec::new();
+        for r in fine.rows() {
+            for i in 0..r.len() {
+                all.push((r.f64("time_s").value(i), r.f32("total_w_max").value(i)));
+            }
+        }
+        let from = all.iter().position(|x| x.0 == t).unwrap();
+        all[from..k]
+            .iter()
+            .map(|x| x.1)
+            .fold(f32::NEG_INFINITY, f32::max)
+    }
+
+    #[test]
+    fn the_overview_summarises_every_sample_never_across_a_gap_without_reading_the_samples() {
+        let f = Temp::new("overview");
+        let mut w = Writer::create(&f.0, &blocks_meta()).unwrap();
+        let mut x: u32 = 7;
+        let mut next = || {
+            x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (x >> 20) as i16
+        };
+        // 400 000 samples in blocks of 50, a gap of 1 000 after the first 123 450, and
+        // events every 10 000 samples.
+        let (mut index, mut time) = (0u64, 1.0f64);
+        while index < 401_000 {
+            if index == 123_450 {
+                w.event(&Event::Gap {
+                    time_s: time,
+                    index: Some(index),
+                    samples: Some(1000),
+                    duration_s: 1000.0 * 1e-5,
+                    cause: "test".into(),
+                });
+                index += 1000;
+                time += 1000.0 * 1e-5;
+            }
+            if index % 10_000 == 0 {
+                w.event(&Event::Text {
+                    kind: Kind::Status,
+                    time_s: time,
+                    text: "{}".into(),
+                });
+            }
+            let codes: Vec<i16> = (0..50 * 4).map(|_| next()).collect();
+            w.block(time, index, index * 10, 10, 1e-5, &codes);
+            index += 50;
+            time += 50.0 * 1e-5;
+            w.maybe_flush().unwrap();
+        }
+        w.finish().unwrap();
+        let len = std::fs::metadata(&f.0).unwrap().len();
+        let coarse = overview(&f.0)
+            .unwrap()
+            .expect("a closed recording has an overview");
+        assert!(coarse.coarse, "the last batch is the coarse level");
+        assert!(
+            coarse.bytes_read * 100 < len,
+            "{} of {len} bytes",
+            coarse.bytes_read
+        );
+        let ov = coarse.finer().unwrap().expect("and a fine level");
+        assert!(
+            !ov.coarse && ov.bytes_read * 10 < len,
+            "{} of {len} bytes",
+            ov.bytes_read
+        );
+        assert!(ov.finer().unwrap().is_none());
+        // The coarse level: each of its rows the fine ones it gathers.
+        let fine: Vec<(f64, u64)> = ov
+            .recording
+            .rows()
+            .flat_map(|r| {
+                (0..r.len())
+                    .map(|i| (r.f64("time_s").value(i), r.u64("count").value(i)))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let mut k = 0;
+        for r in coarse.recording.rows() {
+            for i in 0..r.len() {
+                let (t, n) = (r.f64("time_s").value(i), r.u64("count").value(i));
+                assert_eq!(fine[k].0, t);
+                let (mut m, mut parts) = (0, 0);
+                while m < n {
+                    m += fine[k].1;
+                    k += 1;
+                    parts += 1;
+                }
+                assert_eq!(m, n);
+                assert!(parts <= SUMMARY_LEVEL);
+                assert_eq!(
+                    r.f32("total_w_max").value(i),
+                    samples_max_between(&ov.recording, t, k)
+                );
+            }
+        }
+        assert_eq!(k, fine.len());
+        // The table leaves the summaries out; its samples, in order, against them.
+        let table = read(&f.0).unwrap();
+        assert!(table.damage.is_empty(), "{:?}", table.damage);
+        let mut samples = Vec::new(); // (time, watts per rail and total)
+        let mut gaps = Vec::new();
+        for rows in table.rows() {
+            assert!((0..rows.len()).all(|i| rows.kind(i) != Kind::Summary));
+            for i in 0..rows.len() {
+                let t = rows.f64("time_s").value(i);
+                match rows.kind(i) {
+                    Kind::Sample => {
+                        let w: Vec<Option<f32>> = ["a_w", "b_w", "c_w", "total_w"]
+                            .iter()
+                            .map(|c| Rows::get(rows.f32(c), i))
+                            .collect();
+                        samples.push((t, w));
+                    }
+                    Kind::Gap => gaps.push(t),
+                    _ => {}
+                }
+            }
+        }
+        assert_eq!(samples.len(), 400_000);
+        let mut at = 0;
+        let mut apart = Vec::new(); // where one summary ends and the next starts later
+        let mut end: Option<f64> = None;
+        for rows in ov.recording.rows() {
+            for i in 0..rows.len() {
+                let t = rows.f64("time_s").value(i);
+                assert_eq!(rows.kind(i), Kind::Summary);
+                let n = rows.u64("count").value(i) as usize;
+                assert!(n as u64 <= SUMMARY_SAMPLES);
+                let covered = &samples[at..at + n];
+                // Its time is the first sample's, to the rounding of counting on from a block's
+                // first (the writer from each block's, the reader from the row's).
+                assert!(
+                    (covered[0].0 - t).abs() < 1e-9,
+                    "a summary starts at its first sample"
+                );
+                let last = covered[n - 1].0;
+                assert!((t + rows.f64("duration_s").value(i) - last).abs() < 1e-9);
+                assert!(
+                    gaps.iter().all(|&g| !(t < g && g < last)),
+                    "never across a gap"
+                );
+                for (s, name) in ["a", "b", "c", "total"].iter().enumerate() {
+                    let values: Vec<f32> = covered.iter().filter_map(|c| c.1[s]).collect();
+                    let col = |suffix: &str| Rows::get(rows.f32(&format!("{name}_w{suffix}")), i);
+                    if values.is_empty() {
+                        assert_eq!((col(""), col("_min"), col("_max")), (None, None, None));
+                        continue;
+                    }
+                    let min = values.iter().copied().fold(f32::INFINITY, f32::min);
+                    let max = values.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                    let mean =
+                        values.iter().map(|&v| f64::from(v)).sum::<f64>() / values.len() as f64;
+                    assert_eq!((col("_min"), col("_max")), (Some(min), Some(max)), "{name}");
+                    // The mean is summed in f64 and stored as f32: within an f32's rounding.
+                    let got = f64::from(col("").unwrap());
+                    assert!(
+                        (got - mean).abs() <= 1e-6 * mean.abs().max(1.0),
+                        "{name}: {got} against {mean}"
+                    );
+                }
+                if end.is_some_and(|e| t - e > 1.5e-5) {
+                    apart.push(end.unwrap_or(0.0));
+                }
+                end = Some(last);
+                at += n;
+            }
+        }
+        assert_eq!(at, samples.len(), "every sample is in one summary");
+        // The gap is where the summaries are apart: it starts one period after the last.
+        assert_eq!(apart.len(), gaps.len());
+        assert!(
+            (apart[0] + 1e-5 - gaps[0]).abs() < 1e-9,
+            "{apart:?} {gaps:?}"
+        );
+        // A file not closed has none (its samples are read instead).
+        let cut = Temp::new("overview-cut");
+        std::fs::write(&cut.0, &std::fs::read(&f.0).unwrap()[..len as usize - 8]).unwrap();
+        assert!(overview(&cut.0).unwrap().is_none());
+    }
+
     #[test]
     fn a_kind_dictionary_in_another_order_reads_the_same() {
         let f = Temp::new("dictionary");
@@ -2492,10 +3104,12 @@ mod tests {
         } else {
             &[]
         };
+        let summaries =
+            |n: &str| version < BLOCKS_SINCE && (n.ends_with("_w_min") || n.ends_with("_w_max"));
         let keep: Vec<usize> = (0..schema.fields().len())
             .map(|i| schema.field(i).name().as_str())
             .enumerate()
-            .filter(|(_, n)| !drop.contains(n) && !blocks.contains(n))
+            .filter(|(_, n)| !drop.contains(n) && !blocks.contains(n) && !summaries(n))
             .map(|(i, _)| i)
             .collect();
         let mut md = schema.metadata().clone();
@@ -2505,7 +3119,14 @@ mod tests {
         let old = Arc::new(schema.project(&keep).unwrap().with_metadata(md));
         let mut w = StreamWriter::try_new(File::create(to).unwrap(), &old).unwrap();
         for b in r {
-            let b = b.unwrap().project(&keep).unwrap();
+            let b = b.unwrap();
+            // Before version 5, no summary rows.
+            let rows = Rows::new(&b);
+            let keep_row: arrow_array::BooleanArray = (0..rows.len())
+                .map(|i| Some(version >= BLOCKS_SINCE || rows.kind(i) != Kind::Summary))
+                .collect();
+            let b = arrow_select::filter::filter_record_batch(&b, &keep_row).unwrap();
+            let b = b.project(&keep).unwrap();
             w.write(&RecordBatch::try_new(old.clone(), b.columns().to_vec()).unwrap())
                 .unwrap();
         }

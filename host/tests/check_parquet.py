@@ -105,7 +105,8 @@ def main(argv):
         rec = pa.ipc.open_stream(argv[2]).read_all()
         export = json.loads(md[b"railtrace.export"])
         kind = rec.column("kind").cast(pa.string())
-        keep = pc.and_(pc.is_in(kind, pa.array(export["kinds"])), pc.not_equal(kind, "block"))
+        keep = pc.and_(pc.is_in(kind, pa.array(export["kinds"])),
+                       pc.invert(pc.is_in(kind, pa.array(["block", "summary"]))))
         if blocks.samples(argv[2], meta) is None:
             events, exported = rec.filter(keep), table
         else:

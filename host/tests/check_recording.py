@@ -24,7 +24,7 @@ import polars as pl
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-KINDS = {"sample", "block", "gap", "edge", "time_sync", "logger", "status", "info", "log",
+KINDS = {"sample", "block", "summary", "gap", "edge", "time_sync", "logger", "status", "info", "log",
          "execution", "clock_read", "driven", "dvfs_request"}
 
 

@@ -447,3 +447,97 @@ fn the_command_plots_and_fails_in_one_line() {
         assert!(err.contains(words), "{err}");
     }
 }
+
+#[test]
+fn a_long_closed_recording_plots_from_its_overview_as_from_its_samples() {
+    let dir = TempDir::new("plot-overview");
+    let path = dir.join("long.arrow");
+    let meta = Meta {
+        version: recording::FORMAT_VERSION,
+        source: "test".into(),
+        epoch_utc_ns: 1_800_000_000_000_000_000,
+        timebase: "test".into(),
+        rails: vec!["gpu_12v".into(), "aux_3v3".into()],
+        code_channels: vec![0, 1, 2, 3],
+        device: None,
+        rig: None,
+        settings: None,
+        derive: Some(recording::Derive {
+            tick_hz: 1e6,
+            channels: vec![0, 1, 2, 3],
+            cal: vec![(0.01, 0.0), (0.001, 0.0), (0.001, 0.0), (0.0005, 0.0)],
+            rails: vec![(Some(1), Some(0)), (Some(3), Some(2))],
+        }),
+    };
+    // 3.2 M samples at 100 kS/s in blocks of 200, a load stepping every 10 ms, and
+    // 0.5 s missing (a gap row) at 10 s.
+    let mut w = Writer::create(&path, &meta).unwrap();
+    let mut rng = Rng(9);
+    let (mut index, mut written) = (0u64, 0u64);
+    while written < 3_200_000 {
+        let t = index as f64 * 1e-5;
+        if index == 1_000_000 {
+            w.event(&Event::Gap {
+                time_s: t,
+                index: Some(index),
+                samples: Some(50_000),
+                duration_s: 0.5,
+                cause: "test".into(),
+            });
+            index += 50_000;
+            continue;
+        }
+        let busy = (t / 0.01).fract() < 0.5;
+        let codes: Vec<i16> = (0..200)
+            .flat_map(|_| {
+                let a = if busy { 2000 } else { 500 } + (rng.next() % 64) as i16;
+                [a, 12_000, 1000, 6600]
+            })
+            .collect();
+        w.block(t, index, index * 10, 10, 1e-5, &codes);
+        index += 200;
+        written += 200;
+        w.maybe_flush().unwrap();
+    }
+    w.finish().unwrap();
+    let opts = Options::default();
+    let coarse = recording::overview(&path).unwrap().expect("an overview");
+    assert!(
+        plot::render_overview(&coarse, &dir.join("coarse.svg"), &opts)
+            .unwrap()
+            .is_none(),
+        "49 coarse summaries are too few for the columns"
+    );
+    let fine = coarse.finer().unwrap().expect("a fine level");
+    let len = std::fs::metadata(&path).unwrap().len();
+    assert!((coarse.bytes_read + fine.bytes_read) * 20 < len);
+    let from_overview = plot::render_overview(&fine, &dir.join("fine.svg"), &opts)
+        .unwrap()
+        .expect("3 125 fine summaries are enough");
+    let rec = recording::open(&path).unwrap();
+    let from_samples = plot::render(&rec, &dir.join("samples.svg"), &opts).unwrap();
+    assert_eq!(from_overview.samples, 3_200_000);
+    assert_eq!(from_overview.samples, from_samples.samples);
+    assert_eq!((from_overview.gaps, from_samples.gaps), (1, 1));
+    assert!((from_overview.from - from_samples.from).abs() < 1e-9);
+    assert!((from_overview.to - from_samples.to).abs() < 1e-9);
+    // The same mean lines, to a pixel or two: a column (22 ms) is whole summaries
+    // (10.24 ms) placed by their middles, where the samples fall by their own times, and
+    // the load's 10 ms cycle averages out over either.
+    let extremes = |svg: &Path| {
+        let lines = data_polylines(&std::fs::read_to_string(svg).unwrap());
+        let ys: Vec<f64> = lines.iter().flatten().map(|p| p.1).collect();
+        (
+            ys.iter().copied().fold(f64::INFINITY, f64::min),
+            ys.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        )
+    };
+    let (a, b) = (
+        extremes(&dir.join("fine.svg")),
+        extremes(&dir.join("samples.svg")),
+    );
+    assert!(
+        (a.0 - b.0).abs() <= 2.0 && (a.1 - b.1).abs() <= 2.0,
+        "{a:?} {b:?}"
+    );
+}

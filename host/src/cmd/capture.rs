@@ -98,7 +98,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let summary = result.with_context(|| {
         if config.output.exists() {
             format!(
-                "capture stopped; {} keeps everything captured before",
+                "capture stopped; {} keeps every record batch written before this (railtrace inspect says up to when)",
                 config.output.display()
             )
         } else {

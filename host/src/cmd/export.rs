@@ -48,11 +48,11 @@ enum FormatArg {
 }
 
 fn parse_kind(s: &str) -> Result<Kind, String> {
-    Kind::ALL
+    Kind::TABLE
         .into_iter()
         .find(|k| k.name() == s)
         .ok_or_else(|| {
-            let names: Vec<&str> = Kind::ALL.iter().map(|k| k.name()).collect();
+            let names: Vec<&str> = Kind::TABLE.iter().map(|k| k.name()).collect();
             format!("not a kind of row; one of {}", names.join(", "))
         })
 }

@@ -132,7 +132,7 @@ fn summarise(path: &Path) -> anyhow::Result<(Summary, Vec<String>)> {
         device: r.meta.device.clone(),
         settings: r.meta.settings.clone(),
         rig: r.meta.rig.is_some(),
-        rows: Kind::ALL.iter().map(|k| k.name()).zip(counts).collect(),
+        rows: Kind::TABLE.iter().map(|k| k.name()).zip(counts).collect(),
         first_sample_s: first,
         last_sample_s: last,
         mean_sample_rate_hz: span

@@ -41,25 +41,53 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // A wrong extension or size fails before a large recording is read.
     plot::check(&args.output, &opts)?;
     let started = Instant::now();
-    // Only the schema is read here; the plot reads the rows a batch at a time.
-    let rec = recording::open(&args.file)?;
-    let m = &rec.meta;
-    let name = args.file.file_name().unwrap_or_default().to_string_lossy();
-    let mut title = format!("{name} — {}", m.source);
-    if let Some(d) = &m.device {
-        let words: Vec<&str> = ["board", "serial"]
-            .iter()
-            .filter_map(|k| d.get(k)?.as_str())
-            .collect();
-        if !words.is_empty() {
-            title += &format!(" — {}", words.join(" "));
+    let title = |m: &recording::Meta| {
+        let name = args.file.file_name().unwrap_or_default().to_string_lossy();
+        let mut title = format!("{name} — {}", m.source);
+        if let Some(d) = &m.device {
+            let words: Vec<&str> = ["board", "serial"]
+                .iter()
+                .filter_map(|k| d.get(k)?.as_str())
+                .collect();
+            if !words.is_empty() {
+                title += &format!(" — {}", words.join(" "));
+            }
         }
+        title + &format!(" — start {}", recording::iso_utc(m.epoch_utc_ns))
+    };
+    // A closed recording's overview, its coarse summaries then its fine ones, where they
+    // are fine enough for the window: the samples are not read at all.
+    let mut from_overview = None;
+    let mut level = recording::overview(&args.file)?;
+    let mut read = 0;
+    while let Some(ov) = level {
+        opts.title = title(&ov.recording.meta);
+        read += ov.bytes_read;
+        if let Some(p) = plot::render_overview(&ov, &args.output, &opts)? {
+            from_overview = Some((p, read));
+            break;
+        }
+        level = ov.finer()?;
     }
-    title += &format!(" — start {}", recording::iso_utc(m.epoch_utc_ns));
-    opts.title = title;
-    let p = plot::render(&rec, &args.output, &opts)?;
+    let (p, how) = match from_overview {
+        Some((p, bytes)) => {
+            let size = std::fs::metadata(&args.file).map_or(0, |m| m.len());
+            let how = format!(
+                " (from the recording's overview: {:.1} MB read of {:.1} MB)",
+                bytes as f64 / 1e6,
+                size as f64 / 1e6
+            );
+            (p, how)
+        }
+        None => {
+            // Only the schema is read here; the plot reads the rows a batch at a time.
+            let rec = recording::open(&args.file)?;
+            opts.title = title(&rec.meta);
+            (plot::render(&rec, &args.output, &opts)?, String::new())
+        }
+    };
     eprintln!(
-        "wrote {} ({}×{} px): {} samples, {:.6} s to {:.6} s, {} gaps, {} edges, {} logger readings, in {:.2} s",
+        "wrote {} ({}×{} px): {} samples, {:.6} s to {:.6} s, {} gaps, {} edges, {} logger readings, in {:.2} s{how}",
         args.output.display(),
         args.width,
         args.height,

@@ -26,13 +26,23 @@ const LZ4_MAX_RATIO: i64 = 255;
 
 /// The last 8 bytes of a sealed message's metadata: these 4, then the CRC-32C.
 const SEAL: [u8; 4] = *b"RTc1";
-/// Bytes a seal adds to a message's metadata: 56 zeros, then the seal, so that the body
+/// Bytes a seal adds to a message's metadata: 56 bytes (what it holds, then zeros), then
+/// the seal, so that the body
 /// stays 64-byte aligned as Arrow writes it.
 const SEAL_LEN: usize = 64;
 
+/// What a sealed message holds (the first of the seal's 56 bytes before its mark): the
+/// recording's rows (its schema, dictionary and record batches).
+pub(crate) const ROWS: u8 = 0;
+/// ... or its overview, the last record batch of a closed recording: the coarse level's
+/// summaries, for a plot that does not read the samples;
+pub(crate) const OVERVIEW: u8 = 1;
+/// ... and the batch before it, the fine level's.
+pub(crate) const OVERVIEW_FINE: u8 = 2;
+
 /// Seals the complete Arrow IPC stream messages in `bytes` (as an Arrow stream writer
-/// wrote them) into `out`.
-pub(crate) fn seal(bytes: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
+/// wrote them) into `out`, as holding `content`.
+pub(crate) fn seal(bytes: &[u8], out: &mut Vec<u8>, content: u8) -> Result<(), String> {
     let mut at = 0;
     while at < bytes.len() {
         let word = |i: usize| -> Result<[u8; 4], String> {
@@ -59,9 +69,11 @@ pub(crate) fn seal(bytes: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
         out.extend_from_slice(&[0xFF; 4]);
         out.extend_from_slice(&(sealed_len as i32).to_le_bytes());
         out.extend_from_slice(meta);
-        out.extend_from_slice(&[0; SEAL_LEN - 8]);
+        let mut pad = [0; SEAL_LEN - 8];
+        pad[0] = content;
+        out.extend_from_slice(&pad);
         let crc = crc32c::crc32c(meta);
-        let crc = crc32c::crc32c_append(crc, &[0; SEAL_LEN - 8]);
+        let crc = crc32c::crc32c_append(crc, &pad);
         let crc = crc32c::crc32c_append(crc, body);
         out.extend_from_slice(&SEAL);
         out.extend_from_slice(&crc.to_le_bytes());
@@ -69,6 +81,23 @@ pub(crate) fn seal(bytes: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
         at = body_at + body.len();
     }
     Ok(())
+}
+
+/// Where the last whole message of an Arrow stream writer's `bytes` starts.
+pub(crate) fn last_message(bytes: &[u8]) -> Option<usize> {
+    let mut at = 0;
+    let mut last = None;
+    while at + 8 <= bytes.len() && bytes[at..at + 4] == [0xFF; 4] {
+        let meta_len = i32::from_le_bytes(bytes[at + 4..at + 8].try_into().ok()?) as usize;
+        let msg = arrow_ipc::root_as_message(bytes.get(at + 8..at + 8 + meta_len)?).ok()?;
+        let end = at + 8 + meta_len + usize::try_from(msg.bodyLength()).ok()?;
+        if end > bytes.len() {
+            break;
+        }
+        last = Some(at);
+        at = end;
+    }
+    last
 }
 
 /// What a scan found.
@@ -86,7 +115,7 @@ pub(crate) struct Scan {
 }
 
 /// Why a message at some offset does not check out.
-enum Bad {
+pub(crate) enum Bad {
     /// The file ends inside it.
     Cut,
     /// Its bytes are not a message.
@@ -101,17 +130,19 @@ fn read_at(file: &mut File, at: u64, n: usize) -> std::io::Result<Vec<u8>> {
 }
 
 /// A message that checks out.
-struct Message {
-    end: u64,
-    is_batch: bool,
+pub(crate) struct Message {
+    pub end: u64,
+    pub is_batch: bool,
     sealed: bool,
+    /// What it holds ([`ROWS`], [`OVERVIEW`]; an unsealed one, rows).
+    pub content: u8,
     /// For the schema: whether each column node of a record batch, in order, is of a
     /// top-level column (as many values as the batch has rows) or of a list's values.
-    top: Vec<bool>,
+    pub top: Vec<bool>,
 }
 
 /// The column nodes of a record batch of `schema`: see [`Message::top`].
-fn layout(schema: arrow_ipc::Schema<'_>) -> Vec<bool> {
+pub(crate) fn layout(schema: arrow_ipc::Schema<'_>) -> Vec<bool> {
     fn walk(f: arrow_ipc::Field<'_>, top: bool, out: &mut Vec<bool>) {
         out.push(top);
         for c in f.children().iter().flatten() {
@@ -128,7 +159,7 @@ fn layout(schema: arrow_ipc::Schema<'_>) -> Vec<bool> {
 /// Checks the message at `at` of a file of `len` bytes (the first, the schema's, or one
 /// after it, which must be sealed if an earlier one was, and whose record batches have
 /// the schema's column nodes `top`); None for the end-of-stream marker.
-fn message(
+pub(crate) fn message(
     file: &mut File,
     at: u64,
     len: u64,
@@ -182,6 +213,7 @@ fn message(
         return Err(Bad::Damaged("its checksum is missing".into()));
     }
     let sealed = has_seal;
+    let content = if has_seal { meta[n - SEAL_LEN] } else { ROWS };
     let header = msg.header_type();
     let batch = match header {
         arrow_ipc::MessageHeader::Schema if first => {
@@ -189,6 +221,7 @@ fn message(
                 end,
                 is_batch: false,
                 sealed,
+                content,
                 top: msg.header_as_schema().map(layout).unwrap_or_default(),
             }))
         }
@@ -246,6 +279,7 @@ fn message(
         end,
         is_batch,
         sealed,
+        content,
         top: Vec::new(),
     }))
 }
@@ -264,6 +298,7 @@ pub(crate) fn scan(file: &mut File, len: u64) -> std::io::Result<Scan> {
                 s.closed = true;
                 break;
             }
+            Ok(Some(m)) if m.content != ROWS => at = m.end,
             Ok(Some(m)) => {
                 if first {
                     top = m.top;
