@@ -153,6 +153,9 @@ pub struct Plotted {
     pub edges: usize,
     /// GPU logger readings in it.
     pub logger: usize,
+    /// Drawn from the recording's summaries (its overview), which hold no trigger edges
+    /// nor logger readings: those are drawn when zoomed in.
+    pub summaries: bool,
 }
 
 /// Min, max and sum of the values that fall in one pixel column.
@@ -576,6 +579,7 @@ fn collect(
     let mut logger = Vec::new();
     let mut n_edges = 0;
     let mut last_summary: Option<(f64, f64)> = None;
+    let mut drew_summaries = false;
     for batch in rec.batches(Some(&wanted))? {
         let batch = batch?;
         let rows = Rows::new(&batch);
@@ -598,6 +602,7 @@ fn collect(
                 }
                 Kind::Summary if ext.len() == cols.len() => {
                     span.add_summary(&rows, i, t0, t1);
+                    drew_summaries = true;
                     let d = Rows::get(rows.f64("duration_s"), i).unwrap_or(0.0);
                     let mid = t + d / 2.0;
                     let n = Rows::get(rows.u64("count"), i).unwrap_or(0);
@@ -684,6 +689,7 @@ fn collect(
         gaps: gaps.len(),
         edges: n_edges,
         logger: logger.len(),
+        summaries: drew_summaries,
     };
     Ok((
         Data {
@@ -758,12 +764,20 @@ fn draw<DB: DrawingBackend>(
     };
     let root = root.titled(title, ("sans-serif", fit(title, l.font(26))?))?;
     let count = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
-    let mut subtitle = format!(
-        "{} from {t0:.6} s to {t1:.6} s; {}, {}",
-        count(p.samples as usize, "sample"),
-        count(p.gaps, "gap"),
-        count(p.edges, "trigger edge"),
-    );
+    let mut subtitle = if p.summaries {
+        format!(
+            "{} from {t0:.6} s to {t1:.6} s; {}; from the recording's summaries (zoom in for trigger edges and logger readings)",
+            count(p.samples as usize, "sample"),
+            count(p.gaps, "gap"),
+        )
+    } else {
+        format!(
+            "{} from {t0:.6} s to {t1:.6} s; {}, {}",
+            count(p.samples as usize, "sample"),
+            count(p.gaps, "gap"),
+            count(p.edges, "trigger edge"),
+        )
+    };
     if p.logger > 0 {
         subtitle += &format!(", {}", count(p.logger, "GPU logger reading"));
     }

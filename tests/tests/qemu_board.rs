@@ -25,10 +25,19 @@ async fn firmware_image_streams_the_test_signal_and_answers_every_command() {
     vm.resume().expect("QEMU resumes");
     let mut dev = Client::new(port);
 
-    let got = dev
-        .command(&Message::GetInfo { request_id: 1 }, T)
-        .await
-        .unwrap();
+    // QEMU passes the guest's output to the pty only once it has noticed the pty open
+    // (it looks once a second), and drops it before: the first request is asked again
+    // until it is answered.
+    let mut got = Err(std::io::Error::other("not asked"));
+    for _ in 0..15 {
+        got = dev
+            .command(&Message::GetInfo { request_id: 1 }, Duration::from_secs(4))
+            .await;
+        if got.as_ref().is_ok_and(|g| result_of(g, 1).is_some()) {
+            break;
+        }
+    }
+    let got = got.unwrap();
     assert_eq!(result_of(&got, 1), Some(ResultCode::Ok));
     let Some(Rx::Info {
         flags,
