@@ -59,7 +59,9 @@ def check(railtrace, rig, rate, carried, seconds, work):
 
     table = ipc.open_stream(out).read_all()
     kind = table["kind"]
+    # A capture keeps its samples in block rows, `count` samples each (RECORDING.md).
     samples = table.filter(pc.equal(kind, "sample")).num_rows
+    samples += pc.sum(table.filter(pc.equal(kind, "block"))["count"]).as_py() or 0
     gaps = table.filter(pc.equal(kind, "gap"))
     causes = set(gaps["text"].to_pylist())
     missing = pc.sum(gaps["count"]).as_py() or 0
