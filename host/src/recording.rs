@@ -1799,7 +1799,8 @@ fn expand(batch: &RecordBatch, out: &SchemaRef, meta: &Meta) -> Result<RecordBat
         Arc::new(a)
     }
     let time = typed::<Float64Array>(column("time_s"));
-    let period = |s: usize| typed::<UInt32Array>(column("period_ticks")).map_or(0, |p| p.value(s));
+    // The block columns, found once (above) rather than by name for every sample.
+    let period = |s: usize| block.map_or(0, |b| b.7.value(s));
     let tick_hz = derive.map_or(1.0, |d| d.tick_hz);
     let key_of = |o: usize| match sample(o) {
         Some(_) => Kind::Sample.code(),
@@ -1832,10 +1833,10 @@ fn expand(batch: &RecordBatch, out: &SchemaRef, meta: &Meta) -> Result<RecordBat
                 Some(time?.value(s) + k as f64 * (f64::from(period(s)) / tick_hz))
             }),
             ("index", ..) => fill::<UInt64Type>(from, &src, &within, |_, s, k| {
-                Some(typed::<UInt64Array>(from)?.value(s) + k as u64)
+                Some(block?.5.value(s) + k as u64)
             }),
             ("tick", ..) => fill::<UInt64Type>(from, &src, &within, |_, s, k| {
-                Some(typed::<UInt64Array>(from)?.value(s) + k as u64 * u64::from(period(s)))
+                Some(block?.6.value(s) + k as u64 * u64::from(period(s)))
             }),
             ("count", ..) => fill::<UInt64Type>(from, &src, &within, |_, _, _| None),
             ("duration_s", ..) => fill::<Float64Type>(from, &src, &within, |_, _, _| None),
