@@ -54,6 +54,23 @@
 //!    into the delay up to the first whose weight is beyond two standard errors and a
 //!    tenth of the peak bin's.
 //!
+//! 5. **Long captures.** With more than [`Options::search_readings`] readings (3 000 by
+//!    default) steps 2 and 3 run on the busiest stretch of that many consecutive readings
+//!    (the largest sum of changes between successive readings) against the part of the
+//!    reference they reach; each family is then refined on every reading from that
+//!    optimum, on the period from all of the readings' changes: Levenberg–Marquardt on
+//!    `(T, φ, ln W or ln τ)`, gain and offset with each reading's update held, then the
+//!    delay optimised exactly again at the new point, until the residual stops falling.
+//!    The free response's weights are fitted on at most [`RESPONSE_UPDATES`] updates spread
+//!    evenly over the readings, its residual over all of them. The cost is then the
+//!    search's (fixed) plus a few passes over the readings and the reference, linear in
+//!    the capture's length.
+//!
+//! The reference may be a lattice ([`LatticeBuilder`]): the rig's samples reduced, as
+//! they are read, to exact integrals and first moments over cells of `T/64` (the finest
+//! window, time constant or free-response bin searched), so that a long capture's
+//! reference is held in 12 bytes a cell, not its samples.
+//!
 //! The delay is an interval: every `d` in `(delay_min_s, delay_s]` gives the same readings.
 //! [`FamilyFit::delay_s`] is its upper end, the smallest lag at which any reading showed
 //! its update (for a logger stamped at its report, that is the true delay; for a logger
@@ -98,20 +115,39 @@ use crate::ParamError;
 // Reference trace
 // ----------------------------------------------------------------------------------------
 
-/// A dense reference power trace (the rig or an external meter), linearly interpolated
-/// between its samples and held at the first (last) sample's power before (after) them.
+/// A dense reference power trace (the rig or an external meter), in one of two forms:
 ///
-/// Times are kept relative to the first sample, so that epoch-scale times keep their
-/// sub-microsecond digits in the differences.
+/// - its samples ([`Reference::new`]), linearly interpolated between them and held at the
+///   first (last) sample's power before (after) them;
+/// - a lattice of cells ([`LatticeBuilder`]): the exact integral and first moment of that
+///   same interpolation over each cell of a uniform lattice, read in one pass over the
+///   samples; within a cell the power is the straight line with that mean and that
+///   moment. Integrals between the lattice's nodes are exact, and so is any integral where
+///   the interpolation is straight across the cell; one that ends inside a cell holding a
+///   sample where the interpolation bends (a step between two samples) is off by a
+///   fraction of the cell's width times the power's spread within it. Memory is 12 bytes a
+///   cell, however many samples it came from.
+///
+/// Times are kept relative to the first sample (node), so that epoch-scale times keep
+/// their sub-microsecond digits in the differences.
 #[derive(Debug, Clone)]
 pub struct Reference {
     origin_s: f64,
+    /// Sample times (samples); empty for a lattice.
     t: Vec<f64>,
+    /// Sample powers (samples); empty for a lattice.
     p: Vec<f64>,
-    /// Running integral at each sample, J, from the first sample.
+    /// Running integral at each sample (lattice node), J, from the first.
     e: Vec<f64>,
-    /// The median sample interval, s (the search and its tolerances ask for it often).
+    /// A lattice's tilt per cell: half the rise of its straight line across the cell, W.
+    tilt: Vec<f32>,
+    /// The median sample interval of the samples it came from, s.
     spacing_s: f64,
+    /// A lattice's cell width: node `i` at `i·cell_s`.
+    cell_s: Option<f64>,
+    /// A lattice's intervals between samples longer than twice the median spacing
+    /// (relative s): the gaps of the samples it came from.
+    gaps: Vec<(f64, f64)>,
 }
 
 impl Reference {
@@ -164,27 +200,30 @@ impl Reference {
             t,
             p: power_w.to_vec(),
             e,
+            tilt: Vec::new(),
+            cell_s: None,
+            gaps: Vec::new(),
         })
     }
 
-    /// Number of samples.
+    /// Number of samples (of a lattice: its nodes, one more than its cells).
     pub fn len(&self) -> usize {
-        self.t.len()
+        self.e.len()
     }
 
     /// Always false (a reference has at least 2 samples).
     pub fn is_empty(&self) -> bool {
-        self.t.is_empty()
+        self.e.is_empty()
     }
 
-    /// Time of the first sample, s.
+    /// Time of the first sample (lattice node), s.
     pub fn start_s(&self) -> f64 {
         self.origin_s
     }
 
-    /// Time of the last sample, s.
+    /// Time of the last sample (lattice node), s.
     pub fn end_s(&self) -> f64 {
-        self.origin_s + self.t[self.t.len() - 1]
+        self.origin_s + self.last_rel()
     }
 
     /// Median spacing of the samples, s.
@@ -192,7 +231,44 @@ impl Reference {
         self.spacing_s
     }
 
-    /// The interpolated power at `t_s`, W.
+    /// A lattice's cell width, s (`None` for samples).
+    pub fn cell_s(&self) -> Option<f64> {
+        self.cell_s
+    }
+
+    /// The finest time step the reference holds: the sample spacing, or a lattice's cell
+    /// if wider, s.
+    pub fn resolution_s(&self) -> f64 {
+        self.cell_s
+            .map_or(self.spacing_s, |c| c.max(self.spacing_s))
+    }
+
+    /// The same trace on another timeline, `time' = offset_s + slope · time` (a clock
+    /// link): integrals scale with the slope, powers stay.
+    ///
+    /// # Errors
+    ///
+    /// `slope` not finite and > 0, or `offset_s` not finite.
+    pub fn on_timeline(mut self, slope: f64, offset_s: f64) -> Result<Self, ParamError> {
+        if !(slope.is_finite() && slope > 0.0) {
+            return Err(ParamError::new("slope", slope, "must be finite and > 0"));
+        }
+        if !offset_s.is_finite() {
+            return Err(ParamError::new("offset_s", offset_s, "must be finite"));
+        }
+        self.origin_s = offset_s + slope * self.origin_s;
+        for x in self.t.iter_mut().chain(self.e.iter_mut()) {
+            *x *= slope;
+        }
+        for g in &mut self.gaps {
+            *g = (g.0 * slope, g.1 * slope);
+        }
+        self.spacing_s *= slope;
+        self.cell_s = self.cell_s.map(|c| c * slope);
+        Ok(self)
+    }
+
+    /// The interpolated power at `t_s`, W (of a lattice: the mean of the cell holding it).
     pub fn power_at(&self, t_s: f64) -> f64 {
         self.p_rel(t_s - self.origin_s)
     }
@@ -220,14 +296,62 @@ impl Reference {
         Ok(LowPass::new(self, tau_s))
     }
 
-    /// Index `i` of the sample interval `[t_i, t_{i+1})` holding `x`, clamped to
+    /// The last sample's (node's) relative time.
+    fn last_rel(&self) -> f64 {
+        match self.cell_s {
+            Some(c) => (self.e.len() - 1) as f64 * c,
+            None => self.t[self.t.len() - 1],
+        }
+    }
+
+    /// The gaps longer than `max_gap`, relative s: intervals between samples.
+    fn gaps_over(&self, max_gap: f64) -> Vec<(f64, f64)> {
+        match self.cell_s {
+            Some(_) => (self.gaps.iter().copied())
+                .filter(|g| g.1 - g.0 > max_gap)
+                .collect(),
+            None => (self.t.windows(2))
+                .filter(|w| w[1] - w[0] > max_gap)
+                .map(|w| (w[0], w[1]))
+                .collect(),
+        }
+    }
+
+    /// Index `i` of the sample interval (cell) `[t_i, t_{i+1})` holding `x`, clamped to
     /// `0..=n−2`.
     fn locate(&self, x: f64) -> usize {
-        let n = self.t.len();
-        self.t.partition_point(|&ti| ti <= x).clamp(1, n - 1) - 1
+        let n = self.e.len();
+        match self.cell_s {
+            Some(c) => ((x / c).floor().max(0.0) as usize).min(n - 2),
+            None => self.t.partition_point(|&ti| ti <= x).clamp(1, n - 1) - 1,
+        }
+    }
+
+    /// A lattice's mean power in cell `i`.
+    fn cell_mean(&self, i: usize, cell: f64) -> f64 {
+        (self.e[i + 1] - self.e[i]) / cell
+    }
+
+    /// A lattice's cell `i` as the power at its start and its slope, (W, W/s).
+    fn cell_line(&self, i: usize, cell: f64) -> (f64, f64) {
+        let tilt = f64::from(self.tilt[i]);
+        (self.cell_mean(i, cell) - tilt, 2.0 * tilt / cell)
     }
 
     fn p_rel(&self, x: f64) -> f64 {
+        if let Some(c) = self.cell_s {
+            let n = self.e.len();
+            let i = self.locate(x);
+            let h = (x - i as f64 * c).clamp(0.0, c);
+            let (a, b) = self.cell_line(i, c);
+            return if x <= 0.0 {
+                a
+            } else if x >= (n - 1) as f64 * c {
+                a + b * c
+            } else {
+                a + b * h
+            };
+        }
         let n = self.t.len();
         if x <= 0.0 {
             return self.p[0];
@@ -242,6 +366,21 @@ impl Reference {
 
     /// Running integral at relative time `x`.
     fn e_rel(&self, x: f64) -> f64 {
+        if let Some(c) = self.cell_s {
+            let n = self.e.len();
+            let end = (n - 1) as f64 * c;
+            return if x <= 0.0 {
+                x * self.cell_line(0, c).0
+            } else if x >= end {
+                let (a, b) = self.cell_line(n - 2, c);
+                self.e[n - 1] + (x - end) * (a + b * c)
+            } else {
+                let i = self.locate(x);
+                let h = x - i as f64 * c;
+                let (a, b) = self.cell_line(i, c);
+                self.e[i] + h * (a + 0.5 * b * h)
+            };
+        }
         let n = self.t.len();
         if x <= 0.0 {
             return x * self.p[0];
@@ -261,17 +400,271 @@ impl Reference {
         }
         (self.e_rel(b) - self.e_rel(a)) / (b - a)
     }
+
+    /// The part of the reference over relative `[from, to]` (whole samples or cells
+    /// around it), for a search over part of the readings: its times are relative to its
+    /// own first sample (node), which is returned with it.
+    fn part(&self, from: f64, to: f64) -> (Reference, f64) {
+        let n = self.e.len();
+        let i0 = self.locate(from);
+        let i1 = (self.locate(to) + 2).min(n);
+        if i1 - i0 < 2 {
+            return (self.clone(), 0.0);
+        }
+        let (t0, e0) = (self.node(i0), self.e[i0]);
+        let r = Reference {
+            origin_s: self.origin_s + t0,
+            t: self
+                .t
+                .get(i0..i1)
+                .map_or(Vec::new(), |t| t.iter().map(|x| x - t0).collect()),
+            p: self.p.get(i0..i1).map_or(Vec::new(), <[f64]>::to_vec),
+            e: self.e[i0..i1].iter().map(|e| e - e0).collect(),
+            tilt: self
+                .tilt
+                .get(i0..i1 - 1)
+                .map_or(Vec::new(), <[f32]>::to_vec),
+            spacing_s: self.spacing_s,
+            cell_s: self.cell_s,
+            gaps: (self.gaps.iter())
+                .filter(|g| g.1 > t0 && g.0 < self.node(i1 - 1))
+                .map(|g| (g.0 - t0, g.1 - t0))
+                .collect(),
+        };
+        (r, t0)
+    }
+
+    /// Relative time of sample (node) `i`.
+    fn node(&self, i: usize) -> f64 {
+        self.cell_s.map_or_else(|| self.t[i], |c| i as f64 * c)
+    }
+}
+
+/// Reduces a reference's samples, read in time order a few at a time (a recording's
+/// batches), to a lattice [`Reference`]: the exact integral and first moment of their
+/// linear interpolation over each cell of a uniform lattice of width `cell_s` from the
+/// first sample, kept as the running integral at each node and the tilt of the straight
+/// line with that moment (12 bytes a cell). The intervals between samples
+/// longer than twice their median spacing are kept as the reference's gaps; the median is
+/// that of the first 1 024 intervals. A tail shorter than a cell after the last node is
+/// left out. With [`LatticeBuilder::exact_up_to`] a trace short enough to hold is kept as
+/// its samples instead.
+#[derive(Debug, Clone)]
+pub struct LatticeBuilder {
+    cell_s: f64,
+    origin_s: f64,
+    /// Relative time and power of the last sample.
+    last: Option<(f64, f64)>,
+    /// Running integral at the last sample, J.
+    acc: f64,
+    e: Vec<f64>,
+    /// First moment of the open cell about its middle so far, J·s.
+    mom: f64,
+    tilt: Vec<f32>,
+    /// The first intervals, for the median spacing.
+    first: Vec<f64>,
+    /// Intervals longer than 1.5 × the median known so far (all of the first ones).
+    long: Vec<(f64, f64)>,
+    /// The median of the first intervals, once there are all of them.
+    median: Option<f64>,
+    samples: u64,
+    /// The samples themselves while there are at most `exact_up_to` of them.
+    exact: Option<(Vec<f64>, Vec<f64>)>,
+    exact_up_to: usize,
+}
+
+/// Intervals the median spacing of a [`LatticeBuilder`] is taken from.
+const SPACING_INTERVALS: usize = 1024;
+
+impl LatticeBuilder {
+    /// A builder with cells `cell_s` wide.
+    ///
+    /// # Errors
+    ///
+    /// `cell_s` not finite and > 0.
+    pub fn new(cell_s: f64) -> Result<Self, ParamError> {
+        if !(cell_s.is_finite() && cell_s > 0.0) {
+            return Err(ParamError::new("cell_s", cell_s, "must be finite and > 0"));
+        }
+        Ok(LatticeBuilder {
+            cell_s,
+            origin_s: f64::NAN,
+            last: None,
+            acc: 0.0,
+            e: Vec::new(),
+            mom: 0.0,
+            tilt: Vec::new(),
+            first: Vec::with_capacity(SPACING_INTERVALS),
+            long: Vec::new(),
+            median: None,
+            samples: 0,
+            exact: None,
+            exact_up_to: 0,
+        })
+    }
+
+    /// Keeps the samples themselves while there are at most `samples` of them, and gives
+    /// a reference of those samples ([`Reference::new`]) if the trace ends by then; the
+    /// lattice only for a longer one.
+    pub fn exact_up_to(mut self, samples: usize) -> Self {
+        self.exact_up_to = samples;
+        self.exact = (samples > 0).then(|| (Vec::new(), Vec::new()));
+        self
+    }
+
+    /// Samples taken so far.
+    pub fn samples(&self) -> u64 {
+        self.samples
+    }
+
+    /// Adds the next sample.
+    ///
+    /// # Errors
+    ///
+    /// A non-finite value, or a time not after the last sample's.
+    pub fn push(&mut self, t_s: f64, power_w: f64) -> Result<(), ParamError> {
+        if let Some((t, p)) = &mut self.exact {
+            if t.len() < self.exact_up_to {
+                if !(t_s.is_finite() && power_w.is_finite()) {
+                    let bad = if t_s.is_finite() { power_w } else { t_s };
+                    return Err(ParamError::new("reference sample", bad, "must be finite"));
+                }
+                if t.last().is_some_and(|&l| t_s <= l) {
+                    return Err(ParamError::new(
+                        "reference sample times",
+                        t_s,
+                        "must be strictly increasing",
+                    ));
+                }
+                t.push(t_s);
+                p.push(power_w);
+                self.samples += 1;
+                return Ok(());
+            }
+            // One more than kept: the lattice from here on, from the first sample.
+            let (t, p) = self.exact.take().unwrap_or_default();
+            self.samples = 0;
+            for (&t, &p) in t.iter().zip(&p) {
+                self.reduce(t, p)?;
+            }
+        }
+        self.reduce(t_s, power_w)
+    }
+
+    fn reduce(&mut self, t_s: f64, power_w: f64) -> Result<(), ParamError> {
+        if !(t_s.is_finite() && power_w.is_finite()) {
+            let bad = if t_s.is_finite() { power_w } else { t_s };
+            return Err(ParamError::new("reference sample", bad, "must be finite"));
+        }
+        let Some((x0, p0)) = self.last else {
+            self.origin_s = t_s;
+            self.e.push(0.0);
+            self.last = Some((0.0, power_w));
+            self.samples = 1;
+            return Ok(());
+        };
+        let x = t_s - self.origin_s;
+        let h = x - x0;
+        if h <= 0.0 {
+            return Err(ParamError::new(
+                "reference sample times",
+                t_s,
+                "must be strictly increasing",
+            ));
+        }
+        let slope = (power_w - p0) / h;
+        let c = self.cell_s;
+        // ∫ (t − m)·P over a straight piece [a, b] about m: (b − a)·(mean·(mid − m) +
+        // rise·(b − a)/12).
+        let moment = |a: f64, b: f64, m: f64| {
+            let (pa, pb) = (p0 + slope * (a - x0), p0 + slope * (b - x0));
+            (b - a) * (0.5 * (pa + pb) * (0.5 * (a + b) - m) + (pb - pa) * (b - a) / 12.0)
+        };
+        let mut from = x0;
+        loop {
+            let node = self.e.len() as f64 * c;
+            if node > x {
+                break;
+            }
+            let s = node - x0;
+            self.e.push(self.acc + s * (p0 + 0.5 * slope * s));
+            // The cell just closed: its line's half rise, 6·moment / cell².
+            self.mom += moment(from, node, node - 0.5 * c);
+            self.tilt.push((6.0 * self.mom / (c * c)) as f32);
+            self.mom = 0.0;
+            from = node;
+        }
+        self.mom += moment(from, x, self.e.len() as f64 * c - 0.5 * c);
+        self.acc += 0.5 * (p0 + power_w) * h;
+        self.last = Some((x, power_w));
+        self.samples += 1;
+        match self.median {
+            None => {
+                self.first.push(h);
+                self.long.push((x0, x));
+                if self.first.len() == SPACING_INTERVALS {
+                    self.median = Some(self.spacing());
+                }
+            }
+            Some(m) if h > 1.5 * m => self.long.push((x0, x)),
+            Some(_) => {}
+        }
+        Ok(())
+    }
+
+    /// The median of the first intervals.
+    fn spacing(&self) -> f64 {
+        let mut d = self.first.clone();
+        d.sort_by(f64::total_cmp);
+        d.get(d.len() / 2).copied().unwrap_or(f64::NAN)
+    }
+
+    /// The lattice reference.
+    ///
+    /// # Errors
+    ///
+    /// The samples span less than one cell.
+    pub fn finish(self) -> Result<Reference, ParamError> {
+        if let Some((t, p)) = &self.exact {
+            return Reference::new(t, p);
+        }
+        if self.e.len() < 2 {
+            return Err(ParamError::new(
+                "reference samples",
+                self.samples as f64,
+                "span less than one cell of the lattice",
+            ));
+        }
+        let spacing = self.spacing();
+        Ok(Reference {
+            origin_s: self.origin_s,
+            t: Vec::new(),
+            p: Vec::new(),
+            gaps: (self.long.into_iter())
+                .filter(|g| g.1 - g.0 > 2.0 * spacing)
+                .collect(),
+            e: self.e,
+            tilt: self.tilt,
+            spacing_s: spacing,
+            cell_s: Some(self.cell_s),
+        })
+    }
 }
 
 /// The first-order low pass of a [`Reference`] (see [`Reference::low_pass`]): exact for
-/// the piecewise-linear interpolated input.
+/// the piecewise-linear interpolated input (a lattice's piecewise-constant one).
 #[derive(Debug, Clone)]
 pub struct LowPass<'a> {
     reference: &'a Reference,
     tau_s: f64,
-    /// State at each sample.
+    /// State at each sample (at every [`LP_CHECK`]-th node of a lattice, and the last).
     y: Vec<f64>,
+    /// A lattice's decay over one cell, `exp(−cell/τ)`.
+    decay: f64,
 }
+
+/// A lattice's low pass keeps its state every this many nodes.
+const LP_CHECK: usize = 16;
 
 /// One exact step of `τ·y' = a + b·s − y` over `s ∈ [0, h]` from `y0`.
 fn lp_step(y0: f64, a: f64, b: f64, h: f64, tau: f64) -> f64 {
@@ -280,8 +673,34 @@ fn lp_step(y0: f64, a: f64, b: f64, h: f64, tau: f64) -> f64 {
     y0 * e + a * om + b * (h - tau * om)
 }
 
+/// [`lp_step`] over one whole lattice cell of line `(a, b)`, its decay `exp(−cell/τ)`
+/// given.
+fn lattice_step(y0: f64, (a, b): (f64, f64), cell: f64, tau: f64, decay: f64) -> f64 {
+    let om = 1.0 - decay;
+    y0 * decay + a * om + b * (cell - tau * om)
+}
+
 impl<'a> LowPass<'a> {
     fn new(reference: &'a Reference, tau_s: f64) -> Self {
+        if let Some(c) = reference.cell_s {
+            let n = reference.e.len();
+            let decay = (-c / tau_s).exp();
+            let mut y = Vec::with_capacity(n / LP_CHECK + 2);
+            let mut state = reference.cell_line(0, c).0;
+            for i in 0..n - 1 {
+                if i % LP_CHECK == 0 {
+                    y.push(state);
+                }
+                state = lattice_step(state, reference.cell_line(i, c), c, tau_s, decay);
+            }
+            y.push(state);
+            return LowPass {
+                reference,
+                tau_s,
+                y,
+                decay,
+            };
+        }
         let (t, p) = (&reference.t, &reference.p);
         let mut y = Vec::with_capacity(t.len());
         let mut state = p[0];
@@ -295,6 +714,7 @@ impl<'a> LowPass<'a> {
             reference,
             tau_s,
             y,
+            decay: f64::NAN,
         }
     }
 
@@ -310,6 +730,26 @@ impl<'a> LowPass<'a> {
 
     fn at_rel(&self, x: f64) -> f64 {
         let r = self.reference;
+        if let Some(c) = r.cell_s {
+            let n = r.e.len();
+            if x <= 0.0 {
+                return r.cell_line(0, c).0;
+            }
+            let end = (n - 1) as f64 * c;
+            if x >= end {
+                let last = self.y[self.y.len() - 1];
+                let (a, b) = r.cell_line(n - 2, c);
+                return lp_step(last, a + b * c, 0.0, x - end, self.tau_s);
+            }
+            let i = r.locate(x);
+            let from = i / LP_CHECK * LP_CHECK;
+            let mut state = self.y[i / LP_CHECK];
+            for j in from..i {
+                state = lattice_step(state, r.cell_line(j, c), c, self.tau_s, self.decay);
+            }
+            let (a, b) = r.cell_line(i, c);
+            return lp_step(state, a, b, x - i as f64 * c, self.tau_s);
+        }
         let n = r.t.len();
         if x <= 0.0 {
             return r.p[0];
@@ -729,6 +1169,10 @@ pub struct Options {
     /// Readings whose reach touches a gap in the reference longer than this are left
     /// out, s; default 20 × the reference's median spacing.
     pub max_gap_s: Option<f64>,
+    /// With more readings than this, the search runs on this many of them and each
+    /// family is refined on all (see the module documentation). Default
+    /// [`SEARCH_READINGS`].
+    pub search_readings: usize,
 }
 
 impl Default for Options {
@@ -741,6 +1185,7 @@ impl Default for Options {
             shape_steps: 20,
             response_bins: 96,
             max_gap_s: None,
+            search_readings: SEARCH_READINGS,
         }
     }
 }
@@ -841,6 +1286,9 @@ pub fn period_from_changes(times_s: &[f64], power_w: &[f64]) -> Option<(f64, f64
 /// of those ([`crate::align::fit_pairs`]: Tukey's bisquare rejects late polls) is the next
 /// line. Extending from the line rather than from change to change keeps a late poll or
 /// a flicker from shifting the count.
+/// Changes the lattice's line is fitted through on its way to the full span, at most.
+const LATTICE_POINTS: usize = 2048;
+
 fn lattice(c: &[f64], start: f64) -> Option<(f64, f64, f64)> {
     if !(start.is_finite() && start > 0.0) {
         return None;
@@ -865,16 +1313,33 @@ fn lattice(c: &[f64], start: f64) -> Option<(f64, f64, f64)> {
             span *= 2.0;
             continue;
         }
-        let fit = crate::align::fit_pairs(&on).ok()?;
+        // On the way to the full span the line only has to hold the next span's steps:
+        // a robust line through at most LATTICE_POINTS of the changes, evenly spread,
+        // does that; the full span's is through at most 8 times as many (the period's
+        // error from evenly spread changes falls as 1/√n, its cost grows as n).
+        let most = if full {
+            8 * LATTICE_POINTS
+        } else {
+            LATTICE_POINTS
+        };
+        let stride = on.len().div_ceil(most);
+        let thinned: Vec<(f64, f64)>;
+        let fitted = if stride > 1 {
+            thinned = on.iter().copied().step_by(stride).collect();
+            &thinned
+        } else {
+            &on
+        };
+        let fit = crate::align::fit_pairs(fitted).ok()?;
         b = fit.map.slope;
         a = fit.map.apply(0.0);
         if !(b.is_finite() && b > 0.0) {
             return None;
         }
         if full {
-            let inliers: Vec<f64> = (0..on.len())
+            let inliers: Vec<f64> = (0..fitted.len())
                 .filter(|i| fit.outliers.binary_search(i).is_err())
-                .map(|i| on[i].0)
+                .map(|i| fitted[i].0)
                 .collect();
             let len = inliers.len() as f64;
             let mn = inliers.iter().sum::<f64>() / len;
@@ -883,7 +1348,9 @@ fn lattice(c: &[f64], start: f64) -> Option<(f64, f64, f64)> {
                 return None;
             }
             let se = fit.rms_s * (len / (len - 2.0).max(1.0)).sqrt() / snn.sqrt();
-            return Some((b, se, len / c.len() as f64));
+            // The share of the changes on the lattice, the thinning undone.
+            let share = len / fitted.len() as f64 * on.len() as f64 / c.len() as f64;
+            return Some((b, se, share));
         }
         span *= 2.0;
     }
@@ -1218,6 +1685,21 @@ struct Optimum {
     ev: Eval,
     /// The shape's search range (W or τ), s.
     shape_range: (f64, f64),
+    /// The search's first steps in `x`.
+    steps: Vec<f64>,
+}
+
+/// The residual of the best delay at `x` (the search's objective).
+fn objective<'e>(engine: &'e Engine<'_>, kind: Kind) -> impl FnMut(&[f64]) -> f64 + 'e {
+    move |x: &[f64]| {
+        let (t, phi, shape) = unpack(kind, x);
+        if !(t > 0.0 && shape > 0.0 && shape.is_finite()) {
+            return f64::INFINITY;
+        }
+        engine
+            .evaluate(t, phi, &feat_for(engine.reference, kind, shape))
+            .rss
+    }
 }
 
 fn search(engine: &Engine<'_>, kind: Kind, t0: f64, t_se: f64, opts: &Options) -> Optimum {
@@ -1273,14 +1755,7 @@ fn search(engine: &Engine<'_>, kind: Kind, t0: f64, t_se: f64, opts: &Options) -
         }
     }
     // Refinement.
-    let mut objective = |x: &[f64]| -> f64 {
-        let (t, phi, shape) = unpack(kind, x);
-        if !(t > 0.0 && shape > 0.0 && shape.is_finite()) {
-            return f64::INFINITY;
-        }
-        let feat = feat_for(reference, kind, shape);
-        engine.evaluate(t, phi, &feat).rss
-    };
+    let mut objective = objective(engine, kind);
     let t_step = (2.0 * t_se).max(1e-7 * t0);
     let mut best: Option<(Vec<f64>, f64)> = None;
     for &(ip, is) in &starts {
@@ -1300,11 +1775,16 @@ fn search(engine: &Engine<'_>, kind: Kind, t0: f64, t_se: f64, opts: &Options) -
     let (x, _) = best.unwrap_or((vec![t0, 0.0, t0.ln()], f64::INFINITY));
     let (t, phi, shape) = unpack(kind, &x);
     let ev = engine.evaluate(t, phi, &feat_for(reference, kind, shape));
+    let mut steps = vec![t_step, phi_step];
+    if kind != Kind::Tiling {
+        steps.push(ln_step);
+    }
     Optimum {
         kind,
         x,
         ev,
         shape_range: (min_shape, max_shape),
+        steps,
     }
 }
 
@@ -1372,6 +1852,197 @@ fn curvature_cov(rows: &[Vec<f64>], resid: &[f64]) -> (Option<Vec<f64>>, f64) {
     (cov, inflation)
 }
 
+/// Readings above which the search runs on a part of them and only the refinement on all
+/// (see the module documentation).
+pub const SEARCH_READINGS: usize = 3000;
+
+/// Readings the search's second pass runs on, at most, before the refinement on all.
+pub const POLISH_READINGS: usize = 10_000;
+
+/// Updates the free response's weights are fitted on, at most.
+pub const RESPONSE_UPDATES: usize = 10_000;
+
+/// The `n` consecutive readings whose values change the most (the sum of
+/// their successive differences): `first..last` indices.
+fn busiest(w: &[f64], n: usize) -> std::ops::Range<usize> {
+    let n = n.clamp(2, w.len());
+    let d: Vec<f64> = w.windows(2).map(|p| (p[1] - p[0]).abs()).collect();
+    let mut sum: f64 = d[..n - 1].iter().sum();
+    let (mut best, mut at) = (sum, 0);
+    for i in 1..=w.len() - n {
+        sum += d[i + n - 2] - d[i - 1];
+        if sum > best {
+            best = sum;
+            at = i;
+        }
+    }
+    at..at + n
+}
+
+/// The predictions `r(u)` of a family at each update index of `ks`, for the grid of `x`
+/// and the response `feat`.
+fn features(engine: &Engine<'_>, kind: Kind, x: &[f64], feat: &Feat<'_>, ks: &[i64]) -> Vec<f64> {
+    let (t, phi, _) = unpack(kind, x);
+    let reference = engine.reference;
+    ks.iter()
+        .map(|&k| feat.at(reference, engine.t_mid + phi + k as f64 * t))
+        .collect()
+}
+
+/// Weighted least squares of group means `y` (weights `c`) on `f`: `(gain, offset, rss)`.
+fn weighted_line(f: &[f64], y: &[f64], c: &[f64]) -> (f64, f64, f64) {
+    let sw: f64 = c.iter().sum();
+    let fm = f.iter().zip(c).map(|(f, c)| f * c).sum::<f64>() / sw;
+    let ym = y.iter().zip(c).map(|(y, c)| y * c).sum::<f64>() / sw;
+    let (mut sff, mut sfy) = (0.0, 0.0);
+    for ((f, y), c) in f.iter().zip(y).zip(c) {
+        sff += c * (f - fm) * (f - fm);
+        sfy += c * (f - fm) * (y - ym);
+    }
+    let g = if sff > 0.0 { sfy / sff } else { 0.0 };
+    let off = ym - g * fm;
+    let rss = f
+        .iter()
+        .zip(y)
+        .zip(c)
+        .map(|((f, y), c)| c * (y - g * f - off).powi(2))
+        .sum();
+    (g, off, rss)
+}
+
+/// Refines a parametric family found on part of the readings over all of them:
+/// Levenberg–Marquardt on `(T, φ, ln W or ln τ)` and the gain and offset with the
+/// readings' assignment to updates held, then the delay optimised exactly again at the
+/// new point (as the search does), until the residual stops falling.
+fn refine(
+    engine: &Engine<'_>,
+    kind: Kind,
+    x0: Vec<f64>,
+    w: &[f64],
+    range: (f64, f64),
+    steps: Vec<f64>,
+) -> Optimum {
+    let reference = engine.reference;
+    let eval = |x: &[f64]| {
+        let (t, phi, shape) = unpack(kind, x);
+        engine.evaluate(t, phi, &feat_for(reference, kind, shape))
+    };
+    let (mut x, mut ev) = (x0.clone(), eval(&x0));
+    let dim = x.len();
+    let h_u = (2.0 * reference.resolution_s()).max(1e-6 * x[0]);
+    for _ in 0..4 {
+        let (t, phi, _) = unpack(kind, &x);
+        let gr = groups(&engine.assignment(t, phi, &ev), w);
+        let ks: Vec<i64> = gr.iter().map(|g| g.0).collect();
+        let y: Vec<f64> = gr.iter().map(|g| g.3).collect();
+        let c: Vec<f64> = gr.iter().map(|g| g.2 as f64).collect();
+        let kmax = ks
+            .iter()
+            .map(|k| k.unsigned_abs())
+            .max()
+            .unwrap_or(1)
+            .max(1) as f64;
+        let rss_at = |x: &[f64]| {
+            let feat = feat_for(reference, kind, unpack(kind, x).2);
+            let f = features(engine, kind, x, &feat, &ks);
+            let (g, off, rss) = weighted_line(&f, &y, &c);
+            (f, g, off, rss)
+        };
+        let (mut xi, mut cur) = (x.clone(), rss_at(&x));
+        let mut lambda = 1e-3;
+        for _ in 0..8 {
+            let (f0, g, off, rss0) = (&cur.0, cur.1, cur.2, cur.3);
+            // Columns: ∂(g·f)/∂x_i by central differences, then f and 1.
+            let mut cols: Vec<Vec<f64>> = Vec::with_capacity(dim + 2);
+            // The period and the phase move the grid, not the response: one for both.
+            let here = feat_for(reference, kind, unpack(kind, &xi).2);
+            for i in 0..dim {
+                let h = match i {
+                    0 => h_u / kmax,
+                    1 => h_u,
+                    _ => (h_u / unpack(kind, &xi).2).max(1e-4),
+                };
+                let (mut xp, mut xm) = (xi.clone(), xi.clone());
+                xp[i] += h;
+                xm[i] -= h;
+                let (fp, fm) = if i < 2 {
+                    let f = |x: &[f64]| features(engine, kind, x, &here, &ks);
+                    (f(&xp), f(&xm))
+                } else {
+                    let f = |x: &[f64]| {
+                        let feat = feat_for(reference, kind, unpack(kind, x).2);
+                        features(engine, kind, x, &feat, &ks)
+                    };
+                    (f(&xp), f(&xm))
+                };
+                cols.push(
+                    fp.iter()
+                        .zip(&fm)
+                        .map(|(a, b)| g * (a - b) / (2.0 * h))
+                        .collect(),
+                );
+            }
+            cols.push(f0.clone());
+            cols.push(vec![1.0; f0.len()]);
+            let p = dim + 2;
+            let mut jtj = vec![0.0; p * p];
+            let mut jtr = vec![0.0; p];
+            for u in 0..f0.len() {
+                let r = y[u] - (g * f0[u] + off);
+                for a in 0..p {
+                    jtr[a] += c[u] * cols[a][u] * r;
+                    for b in 0..p {
+                        jtj[a * p + b] += c[u] * cols[a][u] * cols[b][u];
+                    }
+                }
+            }
+            let mut improved = false;
+            while lambda < 1e12 {
+                let mut a = jtj.clone();
+                for i in 0..p {
+                    a[i * p + i] += lambda * jtj[i * p + i].max(1e-300);
+                }
+                let mut step = jtr.clone();
+                if !cholesky_solve(&mut a, p, &mut step) {
+                    lambda *= 10.0;
+                    continue;
+                }
+                let xn: Vec<f64> = (0..dim).map(|i| xi[i] + step[i]).collect();
+                let next = rss_at(&xn);
+                if next.3 < rss0 {
+                    let small = next.3 > rss0 * (1.0 - 1e-9);
+                    xi = xn;
+                    cur = next;
+                    lambda = (lambda / 10.0).max(1e-9);
+                    improved = !small;
+                    break;
+                }
+                lambda *= 10.0;
+            }
+            if !improved {
+                break;
+            }
+        }
+        let next = eval(&xi);
+        if next.rss.partial_cmp(&ev.rss) != Some(std::cmp::Ordering::Less) {
+            break;
+        }
+        let small = next.rss > ev.rss * (1.0 - 1e-9);
+        x = xi;
+        ev = next;
+        if small {
+            break;
+        }
+    }
+    Optimum {
+        kind,
+        x,
+        ev,
+        shape_range: range,
+        steps,
+    }
+}
+
 /// Origins of the free response's bins tried, evenly over one bin.
 const RESPONSE_SHIFTS: usize = 8;
 
@@ -1393,15 +2064,18 @@ fn finish_parametric(engine: &Engine<'_>, opt: &Optimum, w: &[f64]) -> (FamilyFi
     let assign = engine.assignment(t, phi, &ev);
     let gr = groups(&assign, w);
     let n = w.len();
-    // Prediction per update for nonlinear parameters `x` (same parametrisation).
-    let preds = |x: &[f64]| -> Vec<f64> {
-        let (t, phi, shape) = unpack(opt.kind, x);
-        let feat = feat_for(reference, opt.kind, shape);
-        gr.iter()
-            .map(|g| feat.at(reference, engine.t_mid + phi + g.0 as f64 * t))
-            .collect()
+    // Prediction per update for nonlinear parameters `x` (same parametrisation); the
+    // period and the phase move the grid only, so their steps keep the response.
+    let ks: Vec<i64> = gr.iter().map(|g| g.0).collect();
+    let here = feat_for(reference, opt.kind, shape);
+    let preds = |x: &[f64], same_shape: bool| -> Vec<f64> {
+        if same_shape {
+            return features(engine, opt.kind, x, &here, &ks);
+        }
+        let feat = feat_for(reference, opt.kind, unpack(opt.kind, x).2);
+        features(engine, opt.kind, x, &feat, &ks)
     };
-    let f0 = preds(&opt.x);
+    let f0 = preds(&opt.x, true);
     let kmax = gr
         .iter()
         .map(|g| g.0.unsigned_abs())
@@ -1431,7 +2105,7 @@ fn finish_parametric(engine: &Engine<'_>, opt: &Optimum, w: &[f64]) -> (FamilyFi
         } else {
             shape - (shape - h).max(0.5 * shape)
         };
-        let (fp, fm) = (preds(&xp), preds(&xm));
+        let (fp, fm) = (preds(&xp, c < 2), preds(&xm, c < 2));
         cols.push(
             fp.iter()
                 .zip(&fm)
@@ -1544,27 +2218,51 @@ fn fit_response(
     let nb = bins.max(2);
     let span = (1.5 * (dplus + reach_s)).min(MAX_WINDOW_PERIODS * t);
     let dx = span / nb as f64;
-    let gr = groups(assign, w);
+    let all = groups(assign, w);
+    // The weights are fitted on at most RESPONSE_UPDATES updates, evenly spread over the
+    // readings; the residual (and so the criterion) is over every reading.
+    let stride = all.len().div_ceil(RESPONSE_UPDATES).max(1);
+    let gr: Vec<(i64, usize, usize, f64)> = all.iter().copied().step_by(stride).collect();
     // Design per update: bin i's mean over [a − (i+1)Δ, a − iΔ], a = u + max(d, 0) − σ;
     // the bins' origin σ is searched over one bin in RESPONSE_SHIFTS steps, so that the
     // response's start (its delay) is not tied to the parent's grid.
-    let solve = |sigma: f64, from: usize| {
-        let design: Vec<Vec<f64>> = gr
-            .iter()
-            .map(|g| {
-                let v = u0 + g.0 as f64 * t + dplus - sigma;
-                (0..nb)
-                    .map(|i| {
-                        let hi = v - i as f64 * dx;
-                        if i < from {
-                            0.0 // held at zero
-                        } else {
-                            reference.mean_rel(hi - dx, hi)
-                        }
-                    })
-                    .collect()
-            })
+    let row = |k: i64, sigma: f64, from: usize| -> Vec<f64> {
+        let v = u0 + k as f64 * t + dplus - sigma;
+        let edges: Vec<f64> = (0..=nb)
+            .map(|i| reference.e_rel(v - i as f64 * dx))
             .collect();
+        (0..nb)
+            .map(|i| {
+                if i < from {
+                    0.0 // held at zero
+                } else {
+                    (edges[i] - edges[i + 1]) / dx
+                }
+            })
+            .collect()
+    };
+    // The residual sum of squares over every reading of `groups`.
+    let rss_over = |groups: &[(i64, usize, usize, f64)],
+                    sigma: f64,
+                    from: usize,
+                    coef: &[f64],
+                    offset: f64| {
+        let mut rss = 0.0;
+        for g in groups {
+            let p = offset
+                + row(g.0, sigma, from)
+                    .iter()
+                    .zip(coef)
+                    .map(|(x, c)| x * c)
+                    .sum::<f64>();
+            for y in &w[g.1..g.1 + g.2] {
+                rss += (y - p) * (y - p);
+            }
+        }
+        rss
+    };
+    let solve = |sigma: f64, from: usize| {
+        let design: Vec<Vec<f64>> = gr.iter().map(|g| row(g.0, sigma, from)).collect();
         // Reading-weighted centred normal equations (the offset is free).
         let wsum: f64 = gr.iter().map(|g| g.2 as f64).sum();
         let abar: Vec<f64> = (0..nb)
@@ -1584,9 +2282,14 @@ fn fit_response(
             for i in 0..nb {
                 let ai = a[i] - abar[i];
                 rhs[i] += c * ai * (g.3 - ybar);
-                for j in 0..nb {
+                for j in i..nb {
                     gram[i * nb + j] += c * ai * (a[j] - abar[j]);
                 }
+            }
+        }
+        for i in 0..nb {
+            for j in 0..i {
+                gram[i * nb + j] = gram[j * nb + i];
             }
         }
         let coef = nnls_gram(&gram, &rhs, nb);
@@ -1595,6 +2298,7 @@ fn fit_response(
             .iter()
             .map(|a| offset + a.iter().zip(&coef).map(|(x, c)| x * c).sum::<f64>())
             .collect();
+        // The residual over the updates fitted (those it is chosen by).
         let mut rss = 0.0;
         for (g, p) in gr.iter().zip(&pred_u) {
             for y in &w[g.1..g.1 + g.2] {
@@ -1648,6 +2352,12 @@ fn fit_response(
     };
     let gain: f64 = coef.iter().sum();
     let (active, cov, inflation) = curvature(&design, &coef, &pred_u);
+    // Bins held at zero have no weight: the rows need not hold them again.
+    let rss = if stride > 1 {
+        rss_over(&all, sigma, 0, &coef, offset)
+    } else {
+        rss
+    };
     let p = active.len() + 1;
     let var = |a: usize, b: usize| cov.as_ref().map_or(f64::NAN, |c| c[a * p + b]);
     let gain_se = (0..active.len())
@@ -1700,9 +2410,9 @@ fn fit_response(
         rss_w2: rss,
         rms_w: (rss / n as f64).sqrt(),
         readings: n,
-        updates: gr.len(),
+        updates: all.len(),
         params,
-        bic: bic(rss, n, gr.len(), params),
+        bic: bic(rss, n, all.len(), params),
         se_inflation: inflation,
         at_search_edge: parent.at_search_edge,
     }
@@ -1770,13 +2480,8 @@ pub fn identify(
     let max_gap = opts
         .max_gap_s
         .unwrap_or(20.0 * reference.median_spacing_s());
-    let gaps: Vec<(f64, f64)> = reference
-        .t
-        .windows(2)
-        .filter(|w| w[1] - w[0] > max_gap)
-        .map(|w| (w[0], w[1]))
-        .collect();
-    let end = reference.t[reference.t.len() - 1];
+    let gaps = reference.gaps_over(max_gap);
+    let end = reference.last_rel();
     let (mut s, mut w) = (Vec::new(), Vec::new());
     for (&t, &p) in rt.iter().zip(&rw) {
         let x = t - reference.origin_s;
@@ -1797,17 +2502,64 @@ pub fn identify(
             needed: NEEDED,
         });
     }
-    let engine = Engine::new(
-        reference,
-        s,
-        &w,
-        opts.max_advance_periods,
-        opts.max_delay_periods,
-    );
+    let (adv, del) = (opts.max_advance_periods, opts.max_delay_periods);
+    // Many readings: the search runs on the busiest SEARCH_READINGS of them against the
+    // part of the reference they reach, and each family is then refined on all of them.
+    let part_of = |n: usize| {
+        let r = busiest(&w, n);
+        let (sub, shift) = reference.part(s[r.start] - reach, s[r.end - 1] + advance);
+        let sub_s: Vec<f64> = s[r.clone()].iter().map(|x| x - shift).collect();
+        (sub, shift, sub_s, w[r].to_vec())
+    };
+    let searched = opts.search_readings.max(NEEDED);
+    let part = (w.len() > searched).then(|| part_of(searched));
+    let polish_part = (w.len() > POLISH_READINGS.max(searched)).then(|| part_of(POLISH_READINGS));
+    let engine = Engine::new(reference, s, &w, adv, del);
+    let polish_engine = polish_part
+        .as_ref()
+        .map(|(sub, _, sub_s, sub_w)| Engine::new(sub, sub_s.clone(), sub_w, adv, del));
+    // An update instant of `x`'s grid on one engine (its middle at `from`, relative to the
+    // reference's origin) as the one nearest the middle `to` of another.
+    let moved = |mut x: Vec<f64>, from: f64, to: f64| {
+        let u = from + x[1] - to;
+        x[1] = u - (u / x[0]).round() * x[0];
+        x
+    };
     let mut fits = Vec::new();
     let mut assigns = Vec::new();
     for kind in [Kind::Tiling, Kind::Sliding, Kind::Partial, Kind::Exp] {
-        let opt = search(&engine, kind, t0, t_se, opts);
+        let opt = match &part {
+            None => search(&engine, kind, t0, t_se, opts),
+            Some((sub, shift, sub_s, sub_w)) => {
+                let e = Engine::new(sub, sub_s.clone(), sub_w, adv, del);
+                let o = search(&e, kind, t0, t_se, opts);
+                // The grid's update instant nearest the middle of all the readings, on
+                // the period from all of their changes where it was estimated (a span
+                // of many times the part's), on the part's otherwise.
+                let mut x = o.x.clone();
+                if t_se > 0.0 {
+                    x[0] = t0;
+                }
+                // The search's second pass again (the exact delay, every assignment the
+                // simplex reaches), on all the readings or the busiest POLISH_READINGS;
+                // then, if those were not all, the refinement on all of them.
+                let step: Vec<f64> = o.steps.iter().map(|s| 0.25 * s).collect();
+                let (on, mid) = match (&polish_engine, &polish_part) {
+                    (Some(p), Some(part)) => (p, part.1 + p.t_mid),
+                    _ => (&engine, engine.t_mid),
+                };
+                let x = moved(x, shift + e.t_mid, mid);
+                let (x, _) = nelder_mead(&mut objective(on, kind), &x, &step, 300);
+                if polish_engine.is_some() {
+                    let x = moved(x, mid, engine.t_mid);
+                    refine(&engine, kind, x, &w, o.shape_range, o.steps)
+                } else {
+                    let (t, phi, shape) = unpack(kind, &x);
+                    let ev = engine.evaluate(t, phi, &feat_for(reference, kind, shape));
+                    Optimum { kind, x, ev, ..o }
+                }
+            }
+        };
         let (fit, assign) = finish_parametric(&engine, &opt, &w);
         fits.push(fit);
         assigns.push(assign);

@@ -422,8 +422,20 @@ pub fn student_t_quantile(p: f64, dof: f64) -> f64 {
 /// count); NaN if there are none.
 pub fn median(values: &[f64]) -> f64 {
     let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
-    v.sort_by(f64::total_cmp);
-    median_sorted(&v)
+    let n = v.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    // Selection, not a sort: the middle value (and for an even count the largest below
+    // it, the greatest of the lower half) in linear time.
+    let (lower, mid, _) = v.select_nth_unstable_by(n / 2, f64::total_cmp);
+    let mid = *mid;
+    if n % 2 == 1 {
+        mid
+    } else {
+        let below = lower.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        0.5 * (below + mid)
+    }
 }
 
 /// Median of an already sorted slice of finite values; NaN if empty.

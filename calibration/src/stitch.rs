@@ -12,7 +12,7 @@
 //! All on one timeline in s (after [`crate::align`]), powers in W. A stitched logger
 //! profile is the true profile convolved with the logger's window, not the profile.
 
-use crate::stats::{mean_std, two_sided_t};
+use crate::stats::two_sided_t;
 use crate::ParamError;
 
 /// One kernel execution on the common timeline, s.
@@ -148,56 +148,222 @@ pub fn profile(
     bin_s: f64,
     confidence: f64,
 ) -> Result<Vec<ProfileBin>, ParamError> {
-    if !(bin_s.is_finite() && bin_s > 0.0) {
-        return Err(ParamError::new("bin_s", bin_s, "must be finite and > 0"));
+    let mut acc = ProfileAccumulator::new(bin_s, confidence)?;
+    for p in points {
+        acc.push(p.toi, p.power_w);
     }
-    if !(confidence > 0.0 && confidence < 1.0) {
-        return Err(ParamError::new(
-            "confidence",
+    acc.finish()
+}
+
+/// A stitched profile built one point at a time ([`profile`] of points given as they
+/// come, e.g. a long capture's samples read a batch at a time): per bin the count, mean
+/// and sum of squared deviations (Welford's update), so memory holds the bins, not the
+/// points.
+#[derive(Debug, Clone)]
+pub struct ProfileAccumulator {
+    bin_s: f64,
+    confidence: f64,
+    /// Bin number of `bins[0]`.
+    first: i64,
+    /// (count, mean, sum of squared deviations).
+    bins: Vec<(usize, f64, f64)>,
+    /// A point lay beyond `MAX_BINS` bins of the others.
+    too_many: bool,
+}
+
+impl ProfileAccumulator {
+    /// An empty profile of bins `bin_s` wide, intervals at `confidence`.
+    ///
+    /// # Errors
+    ///
+    /// `bin_s` not finite and > 0, or `confidence` not in (0, 1).
+    pub fn new(bin_s: f64, confidence: f64) -> Result<Self, ParamError> {
+        if !(bin_s.is_finite() && bin_s > 0.0) {
+            return Err(ParamError::new("bin_s", bin_s, "must be finite and > 0"));
+        }
+        if !(confidence > 0.0 && confidence < 1.0) {
+            return Err(ParamError::new(
+                "confidence",
+                confidence,
+                "must be in (0, 1)",
+            ));
+        }
+        Ok(ProfileAccumulator {
+            bin_s,
             confidence,
-            "must be in (0, 1)",
-        ));
-    }
-    let keyed: Vec<(f64, f64)> = points
-        .iter()
-        .filter(|p| p.toi.is_finite() && p.power_w.is_finite())
-        .map(|p| ((p.toi / bin_s).floor(), p.power_w))
-        .collect();
-    let Some(k_min) = keyed.iter().map(|k| k.0).reduce(f64::min) else {
-        return Ok(Vec::new());
-    };
-    let k_max = keyed.iter().map(|k| k.0).fold(k_min, f64::max);
-    let count = k_max - k_min + 1.0;
-    if count > MAX_BINS as f64 {
-        return Err(ParamError::new("bin_s", bin_s, "gives too many bins"));
-    }
-    let mut values: Vec<Vec<f64>> = vec![Vec::new(); count as usize];
-    for (k, w) in keyed {
-        values[(k - k_min) as usize].push(w);
-    }
-    let bins = values
-        .iter()
-        .enumerate()
-        .map(|(i, v)| {
-            let k = k_min + i as f64;
-            let (mean_w, std_w) = mean_std(v);
-            let n = v.len();
-            let ci_half_w = if n >= 2 {
-                two_sided_t(confidence, (n - 1) as f64) * std_w / (n as f64).sqrt()
-            } else {
-                f64::NAN
-            };
-            ProfileBin {
-                lo: k * bin_s,
-                hi: (k + 1.0) * bin_s,
-                n,
-                mean_w,
-                std_w,
-                ci_half_w,
-            }
+            first: 0,
+            bins: Vec::new(),
+            too_many: false,
         })
-        .collect();
-    Ok(bins)
+    }
+
+    /// Adds a point at `toi` (s) of `power_w`; a non-finite one is left out.
+    pub fn push(&mut self, toi: f64, power_w: f64) {
+        if !(toi.is_finite() && power_w.is_finite()) {
+            return;
+        }
+        let k = (toi / self.bin_s).floor();
+        if k.abs() > 1e15 {
+            self.too_many = true;
+            return;
+        }
+        let k = k as i64;
+        if self.bins.is_empty() {
+            self.first = k;
+        }
+        let (lo, hi) = (
+            self.first.min(k),
+            (self.first + self.bins.len() as i64).max(k + 1),
+        );
+        if hi - lo > MAX_BINS as i64 {
+            self.too_many = true;
+            return;
+        }
+        if k < self.first {
+            let more = (self.first - k) as usize;
+            self.bins
+                .splice(0..0, std::iter::repeat_n((0, 0.0, 0.0), more));
+            self.first = k;
+        }
+        let i = (k - self.first) as usize;
+        if i >= self.bins.len() {
+            self.bins.resize(i + 1, (0, 0.0, 0.0));
+        }
+        let b = &mut self.bins[i];
+        b.0 += 1;
+        let d = power_w - b.1;
+        b.1 += d / b.0 as f64;
+        b.2 += d * (power_w - b.1);
+    }
+
+    /// The bins from the first point's to the last's (empty ones included).
+    ///
+    /// # Errors
+    ///
+    /// The points span more than `MAX_BINS` bins.
+    pub fn finish(self) -> Result<Vec<ProfileBin>, ParamError> {
+        if self.too_many {
+            return Err(ParamError::new("bin_s", self.bin_s, "gives too many bins"));
+        }
+        let bins = self
+            .bins
+            .iter()
+            .enumerate()
+            .map(|(i, &(n, mean, m2))| {
+                let k = (self.first + i as i64) as f64;
+                let mean_w = if n > 0 { mean } else { f64::NAN };
+                let std_w = if n >= 2 {
+                    (m2 / (n - 1) as f64).sqrt()
+                } else {
+                    f64::NAN
+                };
+                let ci_half_w = if n >= 2 {
+                    two_sided_t(self.confidence, (n - 1) as f64) * std_w / (n as f64).sqrt()
+                } else {
+                    f64::NAN
+                };
+                ProfileBin {
+                    lo: k * self.bin_s,
+                    hi: (k + 1.0) * self.bin_s,
+                    n,
+                    mean_w,
+                    std_w,
+                    ci_half_w,
+                }
+            })
+            .collect();
+        Ok(bins)
+    }
+}
+
+/// Energies over windows of a dense trace read one sample at a time in time order: for
+/// each window `[from, to]`, `∫ P` of the samples' linear interpolation, as
+/// [`energy_trapezoid`] gives it over the whole trace (NaN for a window not within the
+/// samples), in one pass and without keeping the samples.
+#[derive(Debug, Clone)]
+pub struct WindowEnergies {
+    /// Every window's `from` and `to`, with (window, is its `to`), by time.
+    marks: Vec<(f64, usize, bool)>,
+    next: usize,
+    /// Running integral at each window's start and end.
+    at: Vec<(f64, f64)>,
+    last: Option<(f64, f64)>,
+    acc: f64,
+    first_s: f64,
+    bad: bool,
+}
+
+impl WindowEnergies {
+    /// For windows `(from, to)` s.
+    pub fn new(windows: &[(f64, f64)]) -> Self {
+        let mut marks: Vec<(f64, usize, bool)> = windows
+            .iter()
+            .enumerate()
+            .flat_map(|(i, &(a, b))| [(a, i, false), (b, i, true)])
+            .collect();
+        marks.sort_by(|a, b| a.0.total_cmp(&b.0));
+        WindowEnergies {
+            marks,
+            next: 0,
+            at: vec![(f64::NAN, f64::NAN); windows.len()],
+            last: None,
+            acc: 0.0,
+            first_s: f64::NAN,
+            bad: false,
+        }
+    }
+
+    fn mark(&mut self, e: f64) {
+        let (_, i, end) = self.marks[self.next];
+        if end {
+            self.at[i].1 = e;
+        } else {
+            self.at[i].0 = e;
+        }
+        self.next += 1;
+    }
+
+    /// Adds the next sample (times non-decreasing; a non-finite one makes every energy
+    /// NaN, as [`energy_trapezoid`] refuses such a trace).
+    pub fn push(&mut self, t: f64, w: f64) {
+        if !(t.is_finite() && w.is_finite()) || self.last.is_some_and(|l| t < l.0) {
+            self.bad = true;
+            return;
+        }
+        let Some((t0, w0)) = self.last else {
+            self.first_s = t;
+            // Marks before the first sample stay NaN; those at it are 0.
+            while self.next < self.marks.len() && self.marks[self.next].0 < t {
+                self.next += 1;
+            }
+            while self.next < self.marks.len() && self.marks[self.next].0 == t {
+                self.mark(0.0);
+            }
+            self.last = Some((t, w));
+            return;
+        };
+        while self.next < self.marks.len() && self.marks[self.next].0 <= t {
+            let q = self.marks[self.next].0;
+            let h = q - t0;
+            let e = if t > t0 {
+                self.acc + h * (w0 + 0.5 * (w - w0) * h / (t - t0))
+            } else {
+                self.acc
+            };
+            self.mark(e);
+        }
+        self.acc += 0.5 * (w0 + w) * (t - t0);
+        self.last = Some((t, w));
+    }
+
+    /// Each window's energy, J, in the order given.
+    pub fn finish(self) -> Vec<f64> {
+        let bad = self.bad;
+        self.at
+            .iter()
+            .map(|&(a, b)| if bad { f64::NAN } else { b - a })
+            .collect()
+    }
 }
 
 /// Energy of a profile over `[from, to]` (TOI, s), J: `∫ mean_w dt` with the profile

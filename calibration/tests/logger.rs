@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use common::Rng;
 use railtrace_calibration::logger::{
-    identify, nnls_gram, period_from_changes, Family, FamilyFit, Identification, Options,
-    Reference, Shape,
+    identify, nnls_gram, period_from_changes, Family, FamilyFit, Identification, LatticeBuilder,
+    Options, Reference, Shape,
 };
 
 // ------------------------------------------------------------------------------------
@@ -829,4 +829,189 @@ fn sliding_box_1s_every_100_ms() {
         read_w,
     );
     check(&c, 1e-3);
+}
+
+// ------------------------------------------------------------------------------------
+// A long capture's reference reduced to a lattice, and the search on part of the readings
+// ------------------------------------------------------------------------------------
+
+fn lattice_of(ts: &[f64], ws: &[f64], cell: f64) -> Reference {
+    let mut b = LatticeBuilder::new(cell).unwrap();
+    for (&t, &w) in ts.iter().zip(ws) {
+        b.push(t, w).unwrap();
+    }
+    b.finish().unwrap()
+}
+
+/// The spread of the samples' linear interpolation over `[a, b]`, W.
+fn spread(ts: &[f64], ws: &[f64], samples: &Reference, a: f64, b: f64) -> f64 {
+    let (i, j) = (
+        ts.partition_point(|&t| t < a),
+        ts.partition_point(|&t| t <= b),
+    );
+    let ends = [samples.power_at(a), samples.power_at(b)];
+    let inside = ws[i..j].iter().copied().chain(ends);
+    let (lo, hi) = inside.fold((f64::INFINITY, f64::NEG_INFINITY), |m, w| {
+        (m.0.min(w), m.1.max(w))
+    });
+    hi - lo
+}
+
+/// Integrals of a lattice against the samples' trapezoid rule: exact from node to node
+/// (rounding only), and off by at most a quarter of the cell times the power's spread in
+/// the cell at each end that falls inside a cell (the cell's straight line has the
+/// samples' integral and first moment over the cell, so the running integrals meet at
+/// both nodes and their difference within the cell is bounded by the spread times a
+/// fraction of the cell: a sixteenth for a step at the cell's middle, the worst case of a
+/// single step; a quarter leaves room for several bends in one cell).
+#[test]
+fn a_lattice_keeps_the_samples_integrals_exact_at_its_nodes_and_bounded_between() {
+    let mut rng = Rng::new(31);
+    let (ts, ws) = random_reference(&mut rng, 4000);
+    let samples = Reference::new(&ts, &ws).unwrap();
+    let cell = 0.7e-3; // a few samples a cell (they are 0.1-0.5 ms apart)
+    let lattice = lattice_of(&ts, &ws, cell);
+    assert_eq!(lattice.cell_s(), Some(cell));
+    let (t0, t1) = (lattice.start_s(), lattice.end_s());
+    assert_eq!(t0, ts[0]);
+    assert!(t1 <= ts[ts.len() - 1] && t1 > ts[ts.len() - 1] - cell);
+    let nodes = ((t1 - t0) / cell).round() as usize;
+    let mut worst = 0.0f64;
+    for _ in 0..2000 {
+        let (i, j) = (rng.below(nodes), rng.below(nodes));
+        let (a, b) = (t0 + i.min(j) as f64 * cell, t0 + i.max(j) as f64 * cell);
+        let slow = integral_slow(&ts, &ws, a, b);
+        assert!((lattice.integral(a, b) - slow).abs() <= 1e-9 * slow.abs().max(1.0));
+        let a = rng.range(t0, t1);
+        let b = rng.range(a, t1);
+        let slow = integral_slow(&ts, &ws, a, b);
+        let cell_of = |x: f64| {
+            let lo = t0 + ((x - t0) / cell).floor() * cell;
+            spread(&ts, &ws, &samples, lo, lo + cell)
+        };
+        let bound = 0.25 * cell * (cell_of(a) + cell_of(b)) + 1e-9 * slow.abs();
+        let err = (lattice.integral(a, b) - slow).abs();
+        assert!(err <= bound, "[{a}, {b}]: off by {err} J, bound {bound} J");
+        worst = worst.max(err / bound);
+    }
+    println!("worst error: {worst:.3} of the bound");
+    // Samples on the nodes: the interpolation is straight across every cell, and the
+    // lattice is the samples exactly, integrals and low pass alike.
+    let on: Vec<f64> = (0..3000).map(|k| 5.0 + f64::from(k) * cell).collect();
+    let w: Vec<f64> = (0..3000).map(|_| 100.0 + 200.0 * rng.uniform()).collect();
+    let (exact, lattice) = (Reference::new(&on, &w).unwrap(), lattice_of(&on, &w, cell));
+    let (lp, lq) = (
+        exact.low_pass(2.3e-3).unwrap(),
+        lattice.low_pass(2.3e-3).unwrap(),
+    );
+    for _ in 0..500 {
+        let a = rng.range(lattice.start_s(), lattice.end_s());
+        let b = rng.range(a, lattice.end_s());
+        let (x, y) = (exact.integral(a, b), lattice.integral(a, b));
+        assert!(
+            (x - y).abs() <= 1e-9 * x.abs().max(1.0),
+            "[{a}, {b}]: {x} vs {y}"
+        );
+        assert!((exact.power_at(a) - lattice.power_at(a)).abs() < 1e-4);
+        assert!((lp.at(a) - lq.at(a)).abs() < 1e-4, "low pass at {a}");
+    }
+}
+
+/// The same answers from a long capture's path: the reference reduced to a lattice of
+/// `T/64` cells and the search run on part of the readings (a fifth of them here, forced
+/// by `search_readings`; a long capture searches 3 000 of its hundreds of thousands),
+/// each family then refined on all, against the samples and the search over all the
+/// readings, on each of the four families' loggers. The search on part of the readings
+/// alone gives the whole search's optimum to its own tolerances (a hundredth of a standard
+/// error here); the lattice moves each reading's model by the bounded error of the test
+/// above, on a 15.6 µs cell against the samples' 10 µs: a reading's window edge falling
+/// in a cell with a step is off by up to a sixteenth of the cell times the step over
+/// the window (0.2 W of a 200 W step over a 1 ms window, a third of the readings'
+/// 0.6 W noise, on the few readings whose edge meets a step). Spread over the readings,
+/// that shifts a parameter by a fraction of its standard error: every parameter of
+/// every parametric family that fits (a residual within 1.5 times the best) within a
+/// quarter of its standard error, the others' residuals within 5 %, the chosen family
+/// the same.
+#[test]
+fn a_long_captures_path_gives_the_answers_of_the_whole_search_on_the_samples() {
+    let cases = [
+        (21, Model::Window(1e-3), Family::Box),
+        (22, Model::Window(0.25e-3), Family::Partial),
+        (23, Model::Exp(0.6e-3), Family::Exponential),
+        (
+            24,
+            Model::Staircase(vec![1.0, 3.0, 4.0, 3.0, 2.0, 1.0], 150e-6),
+            Family::Response,
+        ),
+    ];
+    let mut worst = 0.0f64;
+    for (seed, model, family) in cases {
+        let c = one_ms_case("whole search on the samples", seed, model, family);
+        let lattice = lattice_of(&c.ref_t, &c.ref_w, 1e-3 / 64.0);
+        let opts = Options {
+            search_readings: c.id.readings_used / 5,
+            ..Options::default()
+        };
+        let start = Instant::now();
+        let id = identify(&lattice, &c.read_t, &c.read_w, &opts).unwrap();
+        println!(
+            "   the long capture's path in {:.2} s, chosen {}:",
+            start.elapsed().as_secs_f64(),
+            id.best().family()
+        );
+        for f in &id.fits {
+            println!("   {}", describe(f));
+        }
+        assert_eq!(id.best().family(), c.id.best().family(), "seed {seed}");
+        let best_rms = c.id.best().rms_w;
+        for (old, new) in c.id.fits.iter().zip(&id.fits) {
+            assert_eq!(old.family(), new.family());
+            // A family that does not describe the logger (its residual well above the
+            // best's) has no true parameters to agree on: it must lose as clearly.
+            if old.family() == Family::Response || old.rms_w > 1.5 * best_rms {
+                assert!(
+                    (new.rms_w / old.rms_w - 1.0).abs() < 0.05,
+                    "seed {seed}, {}: residual {} against {}",
+                    old.family(),
+                    new.rms_w,
+                    old.rms_w
+                );
+                continue;
+            }
+            let t = old.period_s.value;
+            let turns = ((new.phase_s.value - old.phase_s.value) / t).round();
+            let shape = |f: &FamilyFit| f.window_s().or(f.tau_s()).unwrap();
+            let pairs = [
+                ("period", old.period_s, new.period_s.value),
+                ("phase", old.phase_s, new.phase_s.value - turns * t),
+                ("shape", shape(old), shape(new).value),
+                ("gain", old.gain, new.gain.value),
+                ("offset", old.offset_w, new.offset_w.value),
+            ];
+            for (name, o, n) in pairs {
+                let off = (n - o.value).abs();
+                worst = worst.max(off / o.se);
+                assert!(
+                    off <= 0.25 * o.se,
+                    "seed {seed}, {} {name}: {n} against {} ± {} ({:.2} SE)",
+                    old.family(),
+                    o.value,
+                    o.se,
+                    off / o.se
+                );
+            }
+            // The delay is an interval of equally good delays: the two must overlap.
+            assert!(
+                new.delay_min_s < old.delay_s.value + 0.1 * old.delay_s.se
+                    && old.delay_min_s < new.delay_s.value + 0.1 * old.delay_s.se,
+                "seed {seed}, {}: delay ({}, {}] against ({}, {}]",
+                old.family(),
+                new.delay_min_s,
+                new.delay_s.value,
+                old.delay_min_s,
+                old.delay_s.value
+            );
+        }
+    }
+    println!("largest difference: {worst:.3} standard errors");
 }

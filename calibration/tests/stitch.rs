@@ -6,7 +6,7 @@ use common::Rng;
 use railtrace_calibration::stats::two_sided_t;
 use railtrace_calibration::stitch::{
     assign, classify, energy, energy_trapezoid, estimate_settling, profile, Execution, Policy,
-    ProfileBin, Reading, Regime, Stitched, TrainPosition,
+    ProfileBin, Reading, Regime, Stitched, TrainPosition, WindowEnergies,
 };
 
 /// Back-to-back trains of ~200 µs executions with random gaps, and logger-like readings
@@ -343,4 +343,48 @@ fn settling_is_estimated_on_synthetic_trains() {
     assert!(estimate_settling(&[0.0, 1.0, 2.0], &[1.0, 2.0, 3.0]).is_err());
     assert!(estimate_settling(&[1.0; 5], &[1.0; 5]).is_err());
     assert!(estimate_settling(&[0.0, 1.0], &[1.0]).is_err());
+}
+
+/// Energies over many windows in one pass over the samples equal the trapezoid rule over
+/// the whole trace, window by window: inside, at samples, reversed, and NaN outside.
+#[test]
+fn window_energies_in_one_pass_equal_the_trapezoid_rule() {
+    let mut rng = Rng::new(5);
+    let mut t = 3.0;
+    let (mut ts, mut ws) = (Vec::new(), Vec::new());
+    for _ in 0..20_000 {
+        ts.push(t);
+        ws.push(100.0 + 400.0 * rng.uniform());
+        t += rng.range(5e-6, 15e-6);
+    }
+    let (t0, t1) = (ts[0], ts[ts.len() - 1]);
+    let mut windows: Vec<(f64, f64)> = (0..3000)
+        .map(|_| {
+            let a = rng.range(t0, t1);
+            (a, (a + rng.range(0.0, 2e-3)).min(t1))
+        })
+        .collect();
+    windows.extend([
+        (ts[10], ts[500]),
+        (ts[700], ts[600]),
+        (t0, t1),
+        (t0 - 1e-3, ts[5]),
+    ]);
+    windows.extend([(ts[5], t1 + 1e-3), (ts[9], ts[9])]);
+    let mut acc = WindowEnergies::new(&windows);
+    for (&t, &w) in ts.iter().zip(&ws) {
+        acc.push(t, w);
+    }
+    let got = acc.finish();
+    for (&(a, b), e) in windows.iter().zip(got) {
+        let want = energy_trapezoid(&ts, &ws, a, b);
+        if want.is_nan() {
+            assert!(e.is_nan(), "[{a}, {b}]: {e}");
+        } else {
+            assert!(
+                (e - want).abs() <= 1e-9 * want.abs().max(1e-3),
+                "[{a}, {b}]: {e} vs {want}"
+            );
+        }
+    }
 }

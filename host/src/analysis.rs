@@ -8,13 +8,14 @@ use std::path::Path;
 use arrow_array::{BooleanArray, Float32Array, Int64Array, UInt32Array, UInt8Array};
 use railtrace_calibration::align::{fit_brackets, fit_pairs, Bracket, Fit};
 use railtrace_calibration::binning::{cluster, fixed_margin, Bin, Clusters};
+use railtrace_calibration::logger::{LatticeBuilder, Reference as LatticeReference};
 use railtrace_calibration::stitch::{
-    assign, classify, energy_trapezoid, estimate_settling, profile, Execution, Policy, ProfileBin,
-    Reading, Regime, TrainPosition,
+    assign, classify, estimate_settling, profile, Execution, Policy, ProfileAccumulator,
+    ProfileBin, Reading, Regime, TrainPosition, WindowEnergies,
 };
 use serde::Serialize;
 
-use crate::recording::{self, Kind, Recording, RecordingError, Rows};
+use crate::recording::{self, Kind, RecordingError, Rows};
 
 /// Why a run could not be analysed.
 #[derive(Debug, thiserror::Error)]
@@ -356,7 +357,9 @@ pub(crate) fn gpu_view(g: &GpuSide, o: &Options) -> Result<GpuView, AnalysisErro
     })
 }
 
-fn gpu_side(r: &Recording) -> Result<GpuSide, AnalysisError> {
+/// The GPU side of the profile recording at `path`, read a batch at a time.
+fn gpu_side(path: &Path) -> Result<GpuSide, AnalysisError> {
+    let r = recording::open(path)?;
     let settings = r.meta.settings.clone().unwrap_or_default();
     let hz = settings["gpu_clock_hz"].as_f64().ok_or_else(|| {
         AnalysisError::Missing(format!(
@@ -371,7 +374,9 @@ fn gpu_side(r: &Recording) -> Result<GpuSide, AnalysisError> {
         ..GpuSide::default()
     };
     let s = |ns: i64| (ns - g.epoch_ns) as f64 * 1e-9;
-    for rows in r.rows() {
+    for batch in r {
+        let batch = batch?;
+        let rows = Rows::new(&batch);
         let (send, recv) = (
             rows.column::<Int64Array>("host_send_ns"),
             rows.column::<Int64Array>("host_recv_ns"),
@@ -426,11 +431,29 @@ fn gpu_side(r: &Recording) -> Result<GpuSide, AnalysisError> {
 struct RigSide {
     /// (rising, device s, coarse host s since the profile's epoch).
     edges: Vec<(bool, f64, f64)>,
-    /// (device s, total W).
-    samples: Vec<(f64, f32)>,
 }
 
-fn rig_side(r: &Recording, line: u8, epoch_ns: i64) -> Result<RigSide, AnalysisError> {
+/// The rig's capture at `path`, read a batch at a time: its edges on `line`, and each
+/// sample's (device s, total W) given to `sample`.
+fn rig_side(
+    path: &Path,
+    line: u8,
+    epoch_ns: i64,
+    mut sample: Option<&mut dyn FnMut(f64, f32) -> Result<(), AnalysisError>>,
+) -> Result<RigSide, AnalysisError> {
+    let edges = ["time_s", "tick", "line", "rising"];
+    let all = [
+        "time_s",
+        "tick",
+        "line",
+        "rising",
+        "total_w",
+        "count",
+        "codes",
+        "period_ticks",
+    ];
+    let r = recording::open_blocks(path, if sample.is_some() { &all } else { &edges })?;
+    let derive = r.meta.derive.clone();
     let tick_hz = r
         .meta
         .device
@@ -444,18 +467,36 @@ fn rig_side(r: &Recording, line: u8, epoch_ns: i64) -> Result<RigSide, AnalysisE
         })?;
     let shift = (r.meta.epoch_utc_ns - epoch_ns) as f64 * 1e-9;
     let mut rig = RigSide::default();
-    for rows in r.rows() {
+    for batch in r {
+        let batch = batch?;
+        let rows = Rows::new(&batch);
         let (tick, time) = (rows.u64("tick"), rows.f64("time_s"));
-        let total = rows.column::<Float32Array>("total_w");
+        let total = (batch.column_by_name("total_w"))
+            .and_then(|c| c.as_any().downcast_ref::<Float32Array>());
         let (lines, rising) = (
             rows.column::<UInt8Array>("line"),
             rows.column::<BooleanArray>("rising"),
         );
         for i in 0..rows.len() {
+            if rows.is_block(i) {
+                let mut failed = Ok(());
+                if let (Some(d), Some(sample)) = (&derive, sample.as_mut()) {
+                    rows.block_samples(i, d, |t, w| {
+                        if failed.is_ok() {
+                            failed = sample(t as f64 / tick_hz, w);
+                        }
+                    });
+                }
+                failed?;
+                continue;
+            }
             match rows.kind(i) {
                 Kind::Sample => {
+                    let (Some(sample), Some(total)) = (sample.as_mut(), total) else {
+                        continue;
+                    };
                     if let (Some(t), Some(w)) = (Rows::get(tick, i), Rows::get(total, i)) {
-                        rig.samples.push((t as f64 / tick_hz, w));
+                        sample(t as f64 / tick_hz, w)?;
                     }
                 }
                 Kind::Edge if lines.value(i) == line => rig.edges.push((
@@ -470,13 +511,57 @@ fn rig_side(r: &Recording, line: u8, epoch_ns: i64) -> Result<RigSide, AnalysisE
     Ok(rig)
 }
 
+/// Places samples given in time order on the kept executions as [`stitch_kept`] places
+/// readings: each on the latest execution started at or before it, kept, and less than
+/// the horizon after its start.
+struct Following<'a> {
+    /// Executions with a finite start, by start.
+    order: Vec<usize>,
+    execs: &'a [Execution],
+    kept: &'a [bool],
+    horizon_s: f64,
+    /// Executions in `order` started at or before the last sample.
+    started: usize,
+}
+
+impl<'a> Following<'a> {
+    fn new(execs: &'a [Execution], kept: &'a [bool], horizon_s: f64) -> Self {
+        let mut order: Vec<usize> = (0..execs.len())
+            .filter(|&i| execs[i].start.is_finite())
+            .collect();
+        order.sort_by(|&i, &j| execs[i].start.total_cmp(&execs[j].start));
+        Following {
+            order,
+            execs,
+            kept,
+            horizon_s,
+            started: 0,
+        }
+    }
+
+    /// The time of interest of a sample at `t` (not before the last one's), if placed.
+    fn toi(&mut self, t: f64) -> Option<f64> {
+        let (order, execs) = (&self.order, self.execs);
+        while self.started < order.len() && execs[order[self.started]].start <= t {
+            self.started += 1;
+        }
+        let i = *order.get(self.started.checked_sub(1)?)?;
+        let toi = t - execs[i].start;
+        (self.kept[i] && toi < self.horizon_s).then_some(toi)
+    }
+}
+
 /// Pairs each driven edge with the rig's edge of the same sense nearest to it on the
 /// coarse timeline (the capture's time-sync anchor), within `window` s.
 fn pair_edges(driven: &[(bool, f64)], rig: &[(bool, f64, f64)], window: f64) -> Vec<(f64, f64)> {
+    let mut by_time: Vec<&(bool, f64, f64)> = rig.iter().collect();
+    by_time.sort_by(|a, b| a.2.total_cmp(&b.2));
     let mut pairs = Vec::new();
     for &(up, host) in driven {
-        let best = rig
+        let from = by_time.partition_point(|e| e.2 <= host - window);
+        let best = by_time[from..]
             .iter()
+            .take_while(|e| e.2 < host + window)
             .filter(|e| e.0 == up && (e.2 - host).abs() < window)
             .min_by(|a, b| (a.2 - host).abs().total_cmp(&(b.2 - host).abs()));
         if let Some(e) = best {
@@ -493,15 +578,13 @@ pub fn analyse(
     o: &Options,
 ) -> Result<Analysis, AnalysisError> {
     let math = |e: &dyn std::fmt::Display| AnalysisError::Math(e.to_string());
-    let g = gpu_side(&recording::read(profile_path)?)?;
+    let g = gpu_side(profile_path)?;
     if g.executions.is_empty() {
         return Err(AnalysisError::Missing(format!(
             "{}: no executions",
             profile_path.display()
         )));
     }
-    // Device ↔ host, from the trigger edges; the rig's samples on the host's timeline.
-    let (device, rig_t, rig_w) = rig_on_host(&g, rig_path, o)?;
     // GPU ↔ host; executions clustered by duration; the logger's readings stitched.
     let GpuView {
         gpu,
@@ -526,11 +609,28 @@ pub fn analyse(
             since_train_start_s: x.start - train_start[&e.2],
         })
         .collect();
-    // Each execution's energy.
-    let energies: Vec<f64> = execs
-        .iter()
-        .map(|x| energy_trapezoid(&rig_t, &rig_w, x.start, x.end))
-        .collect();
+    // Device ↔ host, from the trigger edges; then the rig's samples on the host's
+    // timeline, read a batch at a time: each execution's energy, and the rig's profile
+    // stitched onto the kept executions.
+    let device = device_link(&g, &rig_side(rig_path, g.line, g.epoch_ns, None)?, o)?;
+    let windows: Vec<(f64, f64)> = execs.iter().map(|x| (x.start, x.end)).collect();
+    let mut energy = WindowEnergies::new(&windows);
+    let mut rig_bins = ProfileAccumulator::new(o.bin_s, o.confidence).map_err(|e| math(&e))?;
+    let mut follow = Following::new(&execs, &kept, o.horizon_s);
+    rig_side(
+        rig_path,
+        g.line,
+        g.epoch_ns,
+        Some(&mut |d, w| {
+            let (t, w) = (device.map.apply(d), f64::from(w));
+            energy.push(t, w);
+            if let Some(toi) = follow.toi(t) {
+                rig_bins.push(toi, w);
+            }
+            Ok(())
+        }),
+    )?;
+    let energies = energy.finish();
     // Power settling over trains (SSE → SSP), where trains are long enough to see it.
     let settling = if g.executions.iter().any(|e| e.3 >= 8) {
         let (u, p): (Vec<f64>, Vec<f64>) = positions
@@ -547,17 +647,7 @@ pub fn analyse(
     let settle_s = settling.map_or(o.settle_s, |s| s.settle_s);
     let regimes = classify(&positions, settle_s);
     let logger = profile(&stitched, o.bin_s, o.confidence).map_err(|e| math(&e))?;
-    let samples: Vec<Reading> = rig_t
-        .iter()
-        .zip(&rig_w)
-        .map(|(&time, &power_w)| Reading { time, power_w })
-        .collect();
-    let rig_profile = profile(
-        &stitch_kept(&samples, &execs, &kept, o.horizon_s),
-        o.bin_s,
-        o.confidence,
-    )
-    .map_err(|e| math(&e))?;
+    let rig_profile = rig_bins.finish().map_err(|e| math(&e))?;
     let executions: Vec<Aligned> = g
         .executions
         .iter()
@@ -618,10 +708,18 @@ fn rig_on_host(
     rig_path: &Path,
     o: &Options,
 ) -> Result<(Fit, Vec<f64>, Vec<f64>), AnalysisError> {
-    let rig = rig_side(&recording::read(rig_path)?, g.line, g.epoch_ns)?;
+    let mut samples: Vec<(f64, f32)> = Vec::new();
+    let rig = rig_side(
+        rig_path,
+        g.line,
+        g.epoch_ns,
+        Some(&mut |d, w| {
+            samples.push((d, w));
+            Ok(())
+        }),
+    )?;
     let device = device_link(g, &rig, o)?;
-    let (t, w) = rig
-        .samples
+    let (t, w) = samples
         .iter()
         .map(|&(d, w)| (device.map.apply(d), f64::from(w)))
         .unzip();
@@ -648,7 +746,7 @@ pub fn dvfs_timeline(
     rig_path: &Path,
     o: &Options,
 ) -> Result<DvfsTimeline, AnalysisError> {
-    let g = gpu_side(&recording::read(run_path)?)?;
+    let g = gpu_side(run_path)?;
     let (device, rig_t, rig_w) = rig_on_host(&g, rig_path, o)?;
     Ok(DvfsTimeline {
         requests: g.dvfs,
@@ -658,42 +756,79 @@ pub fn dvfs_timeline(
     })
 }
 
-/// Two power series on one timeline (s since the profile's epoch), for identifying
-/// the logger against the rig.
-#[derive(Debug, Clone, Default)]
-pub struct Timeline {
-    /// The rig's sample times.
-    pub rig_t: Vec<f64>,
-    /// The rig's total power, W.
-    pub rig_w: Vec<f64>,
-    /// The logger's reading times.
+/// Rig samples up to which [`reduced_timeline`] keeps the samples themselves (64 MB of
+/// them; 40 s at 100 kS/s): the lattice is for longer captures.
+pub const EXACT_SAMPLES: usize = 4_000_000;
+
+/// A profiling run reduced for identifying its logger: the logger's readings on the host's
+/// timeline, and the rig's total power as a lattice reference on the same timeline.
+#[derive(Debug, Clone)]
+pub struct Reduced {
+    /// The rig's total power: its samples, or for more than [`EXACT_SAMPLES`] of them
+    /// their exact integrals over the lattice's cells.
+    pub reference: LatticeReference,
+    /// Rig samples read.
+    pub samples: u64,
+    /// The logger's reading times, host s since the profile's epoch.
     pub logger_t: Vec<f64>,
     /// The logger's readings, W.
     pub logger_w: Vec<f64>,
 }
 
-/// The rig's samples and the logger's readings of a profiling run on the host's
-/// timeline, through the device and GPU links of [`analyse`].
-pub fn timeline(
+/// The logger's readings and the rig's samples of a profiling run on the host's timeline,
+/// through the device and GPU links of [`analyse`]; the rig's capture is read a batch at
+/// a time and reduced as it is read ([`LatticeBuilder`]), so that memory holds the lattice's cells, not the
+/// samples: `cell_s` gives the cell width from the logger's readings (times, W) and the
+/// rig's sample rate (Hz, where its recording says); `progress` is told the samples read
+/// so far, every million.
+pub fn reduced_timeline(
     profile_path: &Path,
     rig_path: &Path,
     o: &Options,
-) -> Result<Timeline, AnalysisError> {
-    let g = gpu_side(&recording::read(profile_path)?)?;
-    let (_, rig_t, rig_w) = rig_on_host(&g, rig_path, o)?;
+    cell_s: impl FnOnce(&[f64], &[f64], Option<f64>) -> f64,
+    mut progress: impl FnMut(u64),
+) -> Result<Reduced, AnalysisError> {
+    let math = |e: &dyn std::fmt::Display| AnalysisError::Math(format!("the rig's samples: {e}"));
+    let rate_hz = recording::open_columns(rig_path, &[])?
+        .meta
+        .settings
+        .and_then(|s| s["sample_rate_hz"].as_f64());
+    let g = gpu_side(profile_path)?;
     let gpu = gpu_link(&g, o)?;
-    let mut t = Timeline {
-        rig_t,
-        rig_w,
-        ..Timeline::default()
-    };
-    for r in logger_readings(&g, &gpu) {
-        if r.time.is_finite() {
-            t.logger_t.push(r.time);
-            t.logger_w.push(r.power_w);
-        }
-    }
-    Ok(t)
+    let (logger_t, logger_w): (Vec<f64>, Vec<f64>) = logger_readings(&g, &gpu)
+        .iter()
+        .filter(|r| r.time.is_finite())
+        .map(|r| (r.time, r.power_w))
+        .unzip();
+    let cell = cell_s(&logger_t, &logger_w, rate_hz);
+    let mut lattice = LatticeBuilder::new(cell)
+        .map_err(|e| math(&e))?
+        .exact_up_to(EXACT_SAMPLES);
+    let rig = rig_side(
+        rig_path,
+        g.line,
+        g.epoch_ns,
+        Some(&mut |d, w| {
+            lattice.push(d, f64::from(w)).map_err(|e| math(&e))?;
+            if lattice.samples() % 1_000_000 == 0 {
+                progress(lattice.samples());
+            }
+            Ok(())
+        }),
+    )?;
+    let samples = lattice.samples();
+    progress(samples);
+    let device = device_link(&g, &rig, o)?;
+    let m = device.map;
+    let reference = (lattice.finish())
+        .and_then(|r| r.on_timeline(m.slope, m.offset - m.slope * m.x0))
+        .map_err(|e| math(&e))?;
+    Ok(Reduced {
+        reference,
+        samples,
+        logger_t,
+        logger_w,
+    })
 }
 
 #[cfg(test)]

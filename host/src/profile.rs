@@ -157,8 +157,15 @@ impl Out {
             });
             self.n.clock_reads += 1;
         }
-        // The GPU link so far, for the rows' time_s (the analysis fits it again on all).
-        self.link = fit_brackets(&self.side.brackets, 0.2).ok().map(|f| f.map);
+        // The GPU link so far, for the rows' time_s (the analysis fits it again on all):
+        // fitted again as the reads double, then every 1 024 of them (fitting all of
+        // them after every train made a long run's trains slower and slower).
+        let n = self.side.brackets.len();
+        let crossed = |every: usize| n / every != n.saturating_sub(reads) / every;
+        let doubled = n.max(1).ilog2() != n.saturating_sub(reads).max(1).ilog2();
+        if self.link.is_none() || n <= 64 || (n < 1024 && doubled) || crossed(1024) {
+            self.link = fit_brackets(&self.side.brackets, 0.2).ok().map(|f| f.map);
+        }
         Ok(())
     }
 

@@ -227,6 +227,15 @@ pub struct Derive {
     pub rails: Vec<(Option<usize>, Option<usize>)>,
 }
 
+/// A sample's total power from its rails' (volts, amperes): the sum of the rails' finite
+/// watts, in f32 in rail order, as every sample row's `total_w` is made.
+fn total_of(rails: impl Iterator<Item = (f32, f32)>) -> f32 {
+    rails
+        .map(|(v, a)| v * a)
+        .filter(|w| w.is_finite())
+        .fold(0.0f32, |t, w| t + w)
+}
+
 impl Derive {
     /// Whether it fits a recording with these rails.
     fn fits(&self, rails: usize) -> bool {
@@ -1497,6 +1506,8 @@ pub struct Reader {
     upgrade: Option<SchemaRef>,
     /// The file may hold block rows (format 5 on).
     blocks: bool,
+    /// Block rows are given out as they are ([`open_blocks`]).
+    raw: bool,
     batches: usize,
     rows: usize,
     done: bool,
@@ -1507,14 +1518,23 @@ pub struct Reader {
 /// Opens a recording to read it a record batch at a time (see [`Reader`]), with the same
 /// checks and one-line errors as [`read`].
 pub fn open(path: &Path) -> Result<Reader, RecordingError> {
-    open_at(path, None, None)
+    open_at(path, None, None, false)
 }
 
 /// Like [`open`], but the batches hold only the `kind` column and `columns` (in the
 /// recording's order; names it does not have are left out): the others are skipped
 /// without being decompressed, which saves most of the time of a pass that needs few.
 pub fn open_columns(path: &Path, columns: &[&str]) -> Result<Reader, RecordingError> {
-    open_at(path, None, Some(columns))
+    open_at(path, None, Some(columns), false)
+}
+
+/// Like [`open_columns`], but a capture's block rows are given out as they are on disk,
+/// not as the sample rows they hold ([`Rows::is_block`], [`Rows::block_samples`]): the
+/// fast way through every sample of a long capture. The batches hold `columns` and the
+/// block columns among them (`count`, `codes`, `period_ticks`, `tick` for
+/// [`Rows::block_samples`]), in the file's own schema.
+pub fn open_blocks(path: &Path, columns: &[&str]) -> Result<Reader, RecordingError> {
+    open_at(path, None, Some(columns), true)
 }
 
 /// The indices of the `kind` column and of `columns` in `schema`, in the schema's order.
@@ -1532,6 +1552,7 @@ fn open_at(
     path: &Path,
     len: Option<u64>,
     columns: Option<&[&str]>,
+    raw: bool,
 ) -> Result<Reader, RecordingError> {
     let io = |error| RecordingError::Io {
         path: path.to_path_buf(),
@@ -1610,7 +1631,7 @@ fn open_at(
     // What to read of the file: the columns asked for, and what expanding blocks needs.
     let read = columns.map(|c| {
         let mut c = c.to_vec();
-        if blocks {
+        if blocks && !raw {
             c.extend(BLOCK_COLUMNS);
         }
         projection(&file_schema, &c)
@@ -1630,6 +1651,7 @@ fn open_at(
         stream,
         upgrade,
         blocks,
+        raw,
         batches: 0,
         rows: 0,
         done: false,
@@ -1772,12 +1794,7 @@ fn expand(batch: &RecordBatch, out: &SchemaRef, meta: &Meta) -> Result<RecordBat
         let (v, a) = values[o * rails + r];
         finite([v, a, v * a][which])
     };
-    let total = |o: usize| {
-        let sum = (0..rails)
-            .filter_map(|r| rail_value(o, r, 2))
-            .fold(0.0f32, |a, w| a + w);
-        Some(sum)
-    };
+    let total = |o: usize| Some(total_of(values[o * rails..(o + 1) * rails].iter().copied()));
     // A column given out: the source row's value, or the sample's.
     fn fill<T: arrow_array::ArrowPrimitiveType>(
         from: Option<&ArrayRef>,
@@ -2099,7 +2116,7 @@ impl Reader {
     /// reads, no more), with every column (`None`) or the `kind` column and `columns`
     /// (see [`open_columns`]). Fails if the file is no longer that recording.
     pub fn reopen(&self, columns: Option<&[&str]>) -> Result<Reader, RecordingError> {
-        let r = open_at(&self.path, Some(self.len), columns)?;
+        let r = open_at(&self.path, Some(self.len), columns, self.raw)?;
         if r.schema != self.schema {
             return Err(RecordingError::Foreign {
                 path: self.path.clone(),
@@ -2145,6 +2162,7 @@ impl Iterator for Reader {
                 Ok(Some(Ok(b))) => {
                     let given = check_kinds(&b, self.blocks).and_then(|()| match &self.upgrade {
                         None => Ok(b),
+                        Some(_) if self.blocks && self.raw => Ok(b),
                         Some(schema) if self.blocks => expand(&b, schema, &self.meta),
                         Some(schema) => upgrade_batch(&b, schema).map_err(|e| e.to_string()),
                     });
@@ -2334,6 +2352,8 @@ pub struct Rows<'a> {
     kinds: &'a Int8Array,
     /// The kind of each dictionary key (the dictionary may list the kinds in any order).
     of_key: Vec<Kind>,
+    /// Which keys are block rows (batches of [`open_blocks`]).
+    block_key: Vec<bool>,
 }
 
 impl<'a> Rows<'a> {
@@ -2346,10 +2366,8 @@ impl<'a> Rows<'a> {
             .expect("the kind column, the first of a recording's batch");
         // A reader checks every batch's names and keys (check_kinds); a name it does not
         // know cannot reach here, and is read as a log row if it did.
-        let of_key = dictionary
-            .values()
-            .as_any()
-            .downcast_ref::<StringArray>()
+        let names = dictionary.values().as_any().downcast_ref::<StringArray>();
+        let of_key = names
             .map(|names| {
                 names
                     .iter()
@@ -2357,11 +2375,82 @@ impl<'a> Rows<'a> {
                     .collect()
             })
             .unwrap_or_default();
+        let block_key = names
+            .map(|names| names.iter().map(|n| n == Some(BLOCK)).collect())
+            .unwrap_or_default();
         Rows {
             batch,
             kinds: dictionary.keys(),
             of_key,
+            block_key,
         }
+    }
+
+    /// Whether row `i` is a block row (only batches of [`open_blocks`] have them).
+    pub fn is_block(&self, i: usize) -> bool {
+        self.block_key
+            .get(self.kinds.value(i) as usize)
+            .copied()
+            .unwrap_or(false)
+    }
+
+    /// Each sample of block row `i` as `(tick, total_w)`, the values its sample row has,
+    /// made by `derive` (the recording's [`Meta::derive`]); false (and nothing given) if
+    /// the row is not a whole block.
+    pub fn block_samples(&self, i: usize, derive: &Derive, mut f: impl FnMut(u64, f32)) -> bool {
+        let (Some(count), Some(codes), Some(tick), Some(period)) = (
+            self.batch
+                .column_by_name("count")
+                .and_then(|c| c.as_any().downcast_ref::<UInt64Array>()),
+            (self.batch.column_by_name("codes"))
+                .and_then(|c| c.as_any().downcast_ref::<arrow_array::ListArray>()),
+            self.batch
+                .column_by_name("tick")
+                .and_then(|c| c.as_any().downcast_ref::<UInt64Array>()),
+            (self.batch.column_by_name("period_ticks"))
+                .and_then(|c| c.as_any().downcast_ref::<UInt32Array>()),
+        ) else {
+            return false;
+        };
+        let Some(values) = codes
+            .values()
+            .as_any()
+            .downcast_ref::<arrow_array::Int16Array>()
+        else {
+            return false;
+        };
+        let ch = derive.channels.len();
+        let (n, first, step) = (
+            count.value(i) as usize,
+            tick.value(i),
+            u64::from(period.value(i)),
+        );
+        let whole = [
+            count.is_valid(i),
+            codes.is_valid(i),
+            tick.is_valid(i),
+            period.is_valid(i),
+        ];
+        if whole.contains(&false) || codes.value_length(i) as usize != n * ch {
+            return false;
+        }
+        let start = codes.value_offsets()[i] as usize;
+        // Per rail measured both ways: where its volts and amperes are, and how they are
+        // made (a rail missing either has no watts, and adds nothing to the total).
+        let cal = |p: usize| (p, derive.cal[p].0, derive.cal[p].1);
+        let rails: Vec<_> = (derive.rails.iter())
+            .filter_map(|&(v, a)| Some((cal(v?), cal(a?))))
+            .collect();
+        for (k, row) in values.values()[start..start + n * ch]
+            .chunks_exact(ch)
+            .enumerate()
+        {
+            let volts_amps = rails.iter().map(|&((v, vs, vo), (a, as_, ao))| {
+                (f32::from(row[v]) * vs + vo, f32::from(row[a]) * as_ + ao)
+            });
+            f(first + k as u64 * step, total_of(volts_amps));
+        }
+        true
     }
 
     /// Rows in the batch.

@@ -4,11 +4,13 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use railtrace::analysis::{timeline, Options, Timeline};
+use railtrace::analysis::{reduced_timeline, Options, Reduced, EXACT_SAMPLES};
 use railtrace::logger_model::{LoggerModel, Provenance};
 use railtrace::profile::rig_path;
 use railtrace::recording::{self, iso_utc, Kind, Rows};
-use railtrace_calibration::logger::{identify, Options as IdentifyOptions, Reference};
+use railtrace_calibration::logger::{
+    identify, period_from_changes, LatticeBuilder, Options as IdentifyOptions,
+};
 
 /// Identifies things against the rig.
 #[derive(Debug, clap::Args)]
@@ -42,10 +44,14 @@ enum What {
     },
 }
 
-/// Reference samples and logger readings of a recording with both (an import).
-fn from_recording(path: &Path) -> anyhow::Result<(Timeline, String, String)> {
+/// Reference samples and logger readings of a recording with both (an import): the
+/// reference reduced to a lattice as it is read.
+fn from_recording(
+    path: &Path,
+    period_ms: Option<f64>,
+) -> anyhow::Result<(Reduced, String, String)> {
     let r = recording::read(path)?;
-    let mut t = Timeline::default();
+    let (mut rig_t, mut rig_w, mut logger_t, mut logger_w) = (vec![], vec![], vec![], vec![]);
     for rows in r.rows() {
         let (time, total, logger) = (
             rows.f64("time_s"),
@@ -56,18 +62,31 @@ fn from_recording(path: &Path) -> anyhow::Result<(Timeline, String, String)> {
             match rows.kind(i) {
                 Kind::Sample => {
                     if let Some(w) = Rows::get(total, i) {
-                        t.rig_t.push(time.value(i));
-                        t.rig_w.push(f64::from(w));
+                        rig_t.push(time.value(i));
+                        rig_w.push(f64::from(w));
                     }
                 }
                 Kind::Logger => {
-                    t.logger_t.push(time.value(i));
-                    t.logger_w.push(logger.value(i));
+                    logger_t.push(time.value(i));
+                    logger_w.push(logger.value(i));
                 }
                 _ => {}
             }
         }
     }
+    let spacing = median_spacing(&rig_t);
+    let mut lattice = LatticeBuilder::new(cell_for(&logger_t, &logger_w, period_ms, spacing))
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+        .exact_up_to(EXACT_SAMPLES);
+    for (&t, &w) in rig_t.iter().zip(&rig_w) {
+        lattice
+            .push(t, w)
+            .map_err(|e| anyhow::anyhow!("{}: the reference: {e}", path.display()))?;
+    }
+    let samples = lattice.samples();
+    let reference = lattice
+        .finish()
+        .map_err(|e| anyhow::anyhow!("{}: the reference: {e}", path.display()))?;
     let device = r
         .meta
         .device
@@ -80,7 +99,35 @@ fn from_recording(path: &Path) -> anyhow::Result<(Timeline, String, String)> {
         .as_ref()
         .and_then(|s| s["gpu_logger"].as_str().map(str::to_string))
         .unwrap_or_else(|| "its logger rows".into());
-    Ok((t, format!("{device} ({})", r.meta.source), logger))
+    let reduced = Reduced {
+        reference,
+        samples,
+        logger_t,
+        logger_w,
+    };
+    Ok((reduced, format!("{device} ({})", r.meta.source), logger))
+}
+
+/// The median interval of sorted times, s (None for fewer than 2).
+fn median_spacing(t: &[f64]) -> Option<f64> {
+    let mut d: Vec<f64> = t.windows(2).map(|w| w[1] - w[0]).collect();
+    d.sort_by(f64::total_cmp);
+    d.get(d.len() / 2).copied()
+}
+
+/// The reference's lattice cell: a 64th of the logger's update period (given, or
+/// estimated from the changes of its first readings), the resolution of the finest shape
+/// the identification searches (a window or time constant of `T/64`, the free response's
+/// bins of `1.5·T/96` for a box), or the reference's own sample spacing where that is
+/// coarser.
+pub fn cell_for(t: &[f64], w: &[f64], period_ms: Option<f64>, spacing_s: Option<f64>) -> f64 {
+    const READINGS: usize = 5000;
+    let n = t.len().min(READINGS);
+    let period = period_ms
+        .map(|p| p * 1e-3)
+        .or_else(|| period_from_changes(&t[..n], &w[..n]).map(|p| p.0));
+    let model = period.map_or(10e-6, |p| p / 64.0);
+    spacing_s.map_or(model, |s| model.max(s))
 }
 
 /// A logger identified, and its model.
@@ -102,12 +149,14 @@ pub fn calibrate(
     rig: Option<PathBuf>,
     period_ms: Option<f64>,
 ) -> anyhow::Result<Calibrated> {
-    let head = recording::read(input)?;
+    let head = recording::open_columns(input, &[])?;
     let is_profile = head
         .meta
         .settings
         .as_ref()
         .is_some_and(|s| s.get("gpu_clock_hz").is_some());
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
     let (t, reference, logger) = if is_profile {
         let rig = rig.unwrap_or_else(|| rig_path(input));
         let logger = head
@@ -116,32 +165,43 @@ pub fn calibrate(
             .as_ref()
             .and_then(|s| s["logger"].as_str().map(str::to_string))
             .unwrap_or_default();
+        let reduced = reduced_timeline(
+            input,
+            &rig,
+            &Options::default(),
+            |t, w, rate| cell_for(t, w, period_ms, rate.map(|r| 1.0 / r)),
+            |n| bar.set_message(format!("reading the rig's capture: {n} samples")),
+        )?;
         (
-            timeline(input, &rig, &Options::default())?,
+            reduced,
             format!("the rig's capture {}", rig.display()),
             logger,
         )
     } else {
-        from_recording(input)?
+        from_recording(input, period_ms)?
     };
     drop(head);
     anyhow::ensure!(
-        t.rig_t.len() >= 2 && !t.logger_t.is_empty(),
+        !t.logger_t.is_empty(),
         "{}: needs reference samples and logger readings ({} and {} here)",
         input.display(),
-        t.rig_t.len(),
+        t.samples,
         t.logger_t.len()
     );
-    let reference_trace = Reference::new(&t.rig_t, &t.rig_w)
-        .map_err(|e| anyhow::anyhow!("{}: the reference: {e}", input.display()))?;
     let opts = IdentifyOptions {
         period_s: period_ms.map(|p| p * 1e-3),
         ..IdentifyOptions::default()
     };
+    bar.set_message(format!(
+        "identifying the logger from {} readings against {} reference samples",
+        t.logger_t.len(),
+        t.samples
+    ));
     let started = std::time::Instant::now();
-    let ident = identify(&reference_trace, &t.logger_t, &t.logger_w, &opts)
+    let ident = identify(&t.reference, &t.logger_t, &t.logger_w, &opts)
         .map_err(|e| anyhow::anyhow!("{}: {e}", input.display()))
         .context("the logger could not be identified")?;
+    bar.finish_and_clear();
     let model = LoggerModel::new(
         &ident,
         ident.best(),
@@ -156,7 +216,7 @@ pub fn calibrate(
     Ok(Calibrated {
         ident,
         model,
-        reference_samples: t.rig_t.len(),
+        reference_samples: t.samples as usize,
         seconds: started.elapsed().as_secs_f64(),
     })
 }

@@ -206,13 +206,21 @@ pub fn through_logger(
 pub fn run(args: Args) -> anyhow::Result<()> {
     let model = LoggerModel::read(&args.logger)?;
     let rig = args.rig.unwrap_or_else(|| rig_path(&args.profile));
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    bar.set_message(format!(
+        "reading {} and its rig's capture, deconvolving",
+        args.profile.display()
+    ));
     let c = correct(
         &args.profile,
         &rig,
         &model,
         &args.logger,
         args.bin_us * 1e-6,
-    )?;
+    );
+    bar.finish_and_clear();
+    let c = c?;
     let (a, d, idle) = (&c.analysis, &c.d, c.idle_w);
     let figures = serde_json::json!({
         "duration_s": c.duration_s,
