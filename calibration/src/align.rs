@@ -319,7 +319,7 @@ fn theil_sen(u: &[f64], v: &[f64]) -> Result<(f64, f64), AlignError> {
 }
 
 /// Weighted least squares `v = a + b·u`; centred sums.
-fn weighted_ls(u: &[f64], v: &[f64], w: &[f64]) -> Result<(f64, f64), AlignError> {
+pub(crate) fn weighted_ls(u: &[f64], v: &[f64], w: &[f64]) -> Result<(f64, f64), AlignError> {
     let sw: f64 = w.iter().sum();
     if sw <= 0.0 {
         return Err(AlignError::DegenerateX);

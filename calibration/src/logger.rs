@@ -1543,6 +1543,12 @@ impl<'r> Engine<'r> {
         best
     }
 
+    /// [`Engine::evaluate`] at a family's parameter vector `x`.
+    fn evaluate_at(&self, kind: Kind, x: &[f64]) -> Eval {
+        let (t, phi, shape) = unpack(kind, x);
+        self.evaluate(t, phi, &feat_for(self.reference, kind, shape))
+    }
+
     /// The update index each reading shows under an evaluation's assignment.
     fn assignment(&self, period: f64, phase: f64, ev: &Eval) -> Vec<i64> {
         let (mut kk, rr) = grid_positions(&self.s, self.t_mid, period, phase);
@@ -1692,13 +1698,11 @@ struct Optimum {
 /// The residual of the best delay at `x` (the search's objective).
 fn objective<'e>(engine: &'e Engine<'_>, kind: Kind) -> impl FnMut(&[f64]) -> f64 + 'e {
     move |x: &[f64]| {
-        let (t, phi, shape) = unpack(kind, x);
+        let (t, _, shape) = unpack(kind, x);
         if !(t > 0.0 && shape > 0.0 && shape.is_finite()) {
             return f64::INFINITY;
         }
-        engine
-            .evaluate(t, phi, &feat_for(engine.reference, kind, shape))
-            .rss
+        engine.evaluate_at(kind, x).rss
     }
 }
 
@@ -1773,8 +1777,7 @@ fn search(engine: &Engine<'_>, kind: Kind, t0: f64, t_se: f64, opts: &Options) -
         }
     }
     let (x, _) = best.unwrap_or((vec![t0, 0.0, t0.ln()], f64::INFINITY));
-    let (t, phi, shape) = unpack(kind, &x);
-    let ev = engine.evaluate(t, phi, &feat_for(reference, kind, shape));
+    let ev = engine.evaluate_at(kind, &x);
     let mut steps = vec![t_step, phi_step];
     if kind != Kind::Tiling {
         steps.push(ln_step);
@@ -1889,18 +1892,13 @@ fn features(engine: &Engine<'_>, kind: Kind, x: &[f64], feat: &Feat<'_>, ks: &[i
         .collect()
 }
 
-/// Weighted least squares of group means `y` (weights `c`) on `f`: `(gain, offset, rss)`.
+/// Weighted least squares of group means `y` (weights `c`) on `f`: `(gain, offset, rss)`
+/// (gain 0 and the mean reading where `f` does not vary).
 fn weighted_line(f: &[f64], y: &[f64], c: &[f64]) -> (f64, f64, f64) {
-    let sw: f64 = c.iter().sum();
-    let fm = f.iter().zip(c).map(|(f, c)| f * c).sum::<f64>() / sw;
-    let ym = y.iter().zip(c).map(|(y, c)| y * c).sum::<f64>() / sw;
-    let (mut sff, mut sfy) = (0.0, 0.0);
-    for ((f, y), c) in f.iter().zip(y).zip(c) {
-        sff += c * (f - fm) * (f - fm);
-        sfy += c * (f - fm) * (y - ym);
-    }
-    let g = if sff > 0.0 { sfy / sff } else { 0.0 };
-    let off = ym - g * fm;
+    let (off, g) = crate::align::weighted_ls(f, y, c).unwrap_or_else(|_| {
+        let sw: f64 = c.iter().sum();
+        (y.iter().zip(c).map(|(y, c)| y * c).sum::<f64>() / sw, 0.0)
+    });
     let rss = f
         .iter()
         .zip(y)
@@ -1923,11 +1921,7 @@ fn refine(
     steps: Vec<f64>,
 ) -> Optimum {
     let reference = engine.reference;
-    let eval = |x: &[f64]| {
-        let (t, phi, shape) = unpack(kind, x);
-        engine.evaluate(t, phi, &feat_for(reference, kind, shape))
-    };
-    let (mut x, mut ev) = (x0.clone(), eval(&x0));
+    let (mut x, mut ev) = (x0.clone(), engine.evaluate_at(kind, &x0));
     let dim = x.len();
     let h_u = (2.0 * reference.resolution_s()).max(1e-6 * x[0]);
     for _ in 0..4 {
@@ -2023,7 +2017,7 @@ fn refine(
                 break;
             }
         }
-        let next = eval(&xi);
+        let next = engine.evaluate_at(kind, &xi);
         if next.rss.partial_cmp(&ev.rss) != Some(std::cmp::Ordering::Less) {
             break;
         }
@@ -2242,15 +2236,12 @@ fn fit_response(
             .collect()
     };
     // The residual sum of squares over every reading of `groups`.
-    let rss_over = |groups: &[(i64, usize, usize, f64)],
-                    sigma: f64,
-                    from: usize,
-                    coef: &[f64],
-                    offset: f64| {
+    // Bins held at zero have no weight: the rows need not hold them again.
+    let rss_over = |groups: &[(i64, usize, usize, f64)], sigma: f64, coef: &[f64], offset: f64| {
         let mut rss = 0.0;
         for g in groups {
             let p = offset
-                + row(g.0, sigma, from)
+                + row(g.0, sigma, 0)
                     .iter()
                     .zip(coef)
                     .map(|(x, c)| x * c)
@@ -2352,9 +2343,8 @@ fn fit_response(
     };
     let gain: f64 = coef.iter().sum();
     let (active, cov, inflation) = curvature(&design, &coef, &pred_u);
-    // Bins held at zero have no weight: the rows need not hold them again.
     let rss = if stride > 1 {
-        rss_over(&all, sigma, 0, &coef, offset)
+        rss_over(&all, sigma, &coef, offset)
     } else {
         rss
     };
@@ -2515,9 +2505,16 @@ pub fn identify(
     let part = (w.len() > searched).then(|| part_of(searched));
     let polish_part = (w.len() > POLISH_READINGS.max(searched)).then(|| part_of(POLISH_READINGS));
     let engine = Engine::new(reference, s, &w, adv, del);
-    let polish_engine = polish_part
-        .as_ref()
-        .map(|(sub, _, sub_s, sub_w)| Engine::new(sub, sub_s.clone(), sub_w, adv, del));
+    fn part_engine(
+        p: &Option<(Reference, f64, Vec<f64>, Vec<f64>)>,
+        adv: usize,
+        del: usize,
+    ) -> Option<Engine<'_>> {
+        p.as_ref()
+            .map(|(sub, _, sub_s, sub_w)| Engine::new(sub, sub_s.clone(), sub_w, adv, del))
+    }
+    let search_engine = part_engine(&part, adv, del);
+    let polish_engine = part_engine(&polish_part, adv, del);
     // An update instant of `x`'s grid on one engine (its middle at `from`, relative to the
     // reference's origin) as the one nearest the middle `to` of another.
     let moved = |mut x: Vec<f64>, from: f64, to: f64| {
@@ -2528,11 +2525,9 @@ pub fn identify(
     let mut fits = Vec::new();
     let mut assigns = Vec::new();
     for kind in [Kind::Tiling, Kind::Sliding, Kind::Partial, Kind::Exp] {
-        let opt = match &part {
-            None => search(&engine, kind, t0, t_se, opts),
-            Some((sub, shift, sub_s, sub_w)) => {
-                let e = Engine::new(sub, sub_s.clone(), sub_w, adv, del);
-                let o = search(&e, kind, t0, t_se, opts);
+        let opt = match (&part, &search_engine) {
+            (Some((_, shift, ..)), Some(e)) => {
+                let o = search(e, kind, t0, t_se, opts);
                 // The grid's update instant nearest the middle of all the readings, on
                 // the period from all of their changes where it was estimated (a span
                 // of many times the part's), on the part's otherwise.
@@ -2554,11 +2549,11 @@ pub fn identify(
                     let x = moved(x, mid, engine.t_mid);
                     refine(&engine, kind, x, &w, o.shape_range, o.steps)
                 } else {
-                    let (t, phi, shape) = unpack(kind, &x);
-                    let ev = engine.evaluate(t, phi, &feat_for(reference, kind, shape));
+                    let ev = engine.evaluate_at(kind, &x);
                     Optimum { kind, x, ev, ..o }
                 }
             }
+            _ => search(&engine, kind, t0, t_se, opts),
         };
         let (fit, assign) = finish_parametric(&engine, &opt, &w);
         fits.push(fit);

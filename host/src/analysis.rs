@@ -433,14 +433,9 @@ struct RigSide {
     edges: Vec<(bool, f64, f64)>,
 }
 
-/// The rig's capture at `path`, read a batch at a time: its edges on `line`, and each
-/// sample's (device s, total W) given to `sample`.
-fn rig_side(
-    path: &Path,
-    line: u8,
-    epoch_ns: i64,
-    mut sample: Option<&mut dyn FnMut(f64, f32) -> Result<(), AnalysisError>>,
-) -> Result<RigSide, AnalysisError> {
+/// The rig's capture at `path` opened for [`rig_side`]: its edges' columns, and with
+/// `samples` its samples' too.
+fn rig_reader(path: &Path, samples: bool) -> Result<recording::Reader, AnalysisError> {
     let edges = ["time_s", "tick", "line", "rising"];
     let all = [
         "time_s",
@@ -452,7 +447,20 @@ fn rig_side(
         "codes",
         "period_ticks",
     ];
-    let r = recording::open_blocks(path, if sample.is_some() { &all } else { &edges })?;
+    Ok(recording::open_blocks(
+        path,
+        if samples { &all } else { &edges },
+    )?)
+}
+
+/// The rig's capture `r` ([`rig_reader`]), read a batch at a time: its edges on `line`,
+/// and each sample's (device s, total W) given to `sample`.
+fn rig_side(
+    r: recording::Reader,
+    line: u8,
+    epoch_ns: i64,
+    mut sample: Option<&mut dyn FnMut(f64, f32) -> Result<(), AnalysisError>>,
+) -> Result<RigSide, AnalysisError> {
     let derive = r.meta.derive.clone();
     let tick_hz = r
         .meta
@@ -612,13 +620,14 @@ pub fn analyse(
     // Device ↔ host, from the trigger edges; then the rig's samples on the host's
     // timeline, read a batch at a time: each execution's energy, and the rig's profile
     // stitched onto the kept executions.
-    let device = device_link(&g, &rig_side(rig_path, g.line, g.epoch_ns, None)?, o)?;
+    let edges = rig_side(rig_reader(rig_path, false)?, g.line, g.epoch_ns, None)?;
+    let device = device_link(&g, &edges, o)?;
     let windows: Vec<(f64, f64)> = execs.iter().map(|x| (x.start, x.end)).collect();
     let mut energy = WindowEnergies::new(&windows);
     let mut rig_bins = ProfileAccumulator::new(o.bin_s, o.confidence).map_err(|e| math(&e))?;
     let mut follow = Following::new(&execs, &kept, o.horizon_s);
     rig_side(
-        rig_path,
+        rig_reader(rig_path, true)?,
         g.line,
         g.epoch_ns,
         Some(&mut |d, w| {
@@ -710,7 +719,7 @@ fn rig_on_host(
 ) -> Result<(Fit, Vec<f64>, Vec<f64>), AnalysisError> {
     let mut samples: Vec<(f64, f32)> = Vec::new();
     let rig = rig_side(
-        rig_path,
+        rig_reader(rig_path, true)?,
         g.line,
         g.epoch_ns,
         Some(&mut |d, w| {
@@ -776,11 +785,11 @@ pub struct Reduced {
 }
 
 /// The logger's readings and the rig's samples of a profiling run on the host's timeline,
-/// through the device and GPU links of [`analyse`]; the rig's capture is read a batch at
-/// a time and reduced as it is read ([`LatticeBuilder`]), so that memory holds the lattice's cells, not the
-/// samples: `cell_s` gives the cell width from the logger's readings (times, W) and the
-/// rig's sample rate (Hz, where its recording says); `progress` is told the samples read
-/// so far, every million.
+/// through the device and GPU links of [`analyse`]. The rig's capture is read a batch at
+/// a time; beyond [`EXACT_SAMPLES`] it is reduced as it is read ([`LatticeBuilder`]), so
+/// that memory holds the lattice's cells, not the samples. `cell_s` gives the cell width
+/// from the logger's readings (times, W) and the rig's sample rate (Hz, where its
+/// recording says); `progress` is told the samples read so far, every million.
 pub fn reduced_timeline(
     profile_path: &Path,
     rig_path: &Path,
@@ -789,10 +798,8 @@ pub fn reduced_timeline(
     mut progress: impl FnMut(u64),
 ) -> Result<Reduced, AnalysisError> {
     let math = |e: &dyn std::fmt::Display| AnalysisError::Math(format!("the rig's samples: {e}"));
-    let rate_hz = recording::open_columns(rig_path, &[])?
-        .meta
-        .settings
-        .and_then(|s| s["sample_rate_hz"].as_f64());
+    let reader = rig_reader(rig_path, true)?;
+    let rate_hz = (reader.meta.settings.as_ref()).and_then(|s| s["sample_rate_hz"].as_f64());
     let g = gpu_side(profile_path)?;
     let gpu = gpu_link(&g, o)?;
     let (logger_t, logger_w): (Vec<f64>, Vec<f64>) = logger_readings(&g, &gpu)
@@ -805,7 +812,7 @@ pub fn reduced_timeline(
         .map_err(|e| math(&e))?
         .exact_up_to(EXACT_SAMPLES);
     let rig = rig_side(
-        rig_path,
+        reader,
         g.line,
         g.epoch_ns,
         Some(&mut |d, w| {

@@ -16,6 +16,18 @@ use railtrace_calibration::logger::{
     Options, Reference, Shape,
 };
 
+/// The run folders, with the UTC offset of those whose offset is known (the others' is
+/// found from the readings).
+const RUNS: [(&str, Option<f64>); 7] = [
+    ("Transient_Response/A100_TR", Some(1.0)),
+    ("5050/A100", Some(1.0)),
+    ("Transient_Response/3090_TR", None),
+    ("5050/3090", None),
+    ("Transient_Response/4090_TR", None),
+    ("Transient_Response/A5000_TR", None),
+    ("Transient_Response/K40m_TR", None),
+];
+
 fn data_root() -> Option<PathBuf> {
     let dir =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/gpu-power-benchmark");
@@ -314,17 +326,8 @@ fn identifies_every_gpu_logger_and_the_a100_as_published() {
     let Some(root) = data_root() else {
         return;
     };
-    let runs = [
-        ("Transient_Response/A100_TR", Some(1.0)),
-        ("5050/A100", Some(1.0)),
-        ("Transient_Response/3090_TR", None),
-        ("5050/3090", None),
-        ("Transient_Response/4090_TR", None),
-        ("Transient_Response/A5000_TR", None),
-        ("Transient_Response/K40m_TR", None),
-    ];
     let mut done = Vec::new();
-    for (name, offset) in runs {
+    for (name, offset) in RUNS {
         if !root.join(name).is_dir() {
             println!("SKIPPED: {name} is not here");
             continue;
@@ -383,13 +386,8 @@ fn a_long_runs_search_gives_the_real_runs_answers() {
     let Some(root) = data_root() else {
         return;
     };
-    let runs = [
-        ("Transient_Response/A100_TR", Some(1.0)),
-        ("5050/A100", Some(1.0)),
-        ("Transient_Response/3090_TR", None),
-        ("Transient_Response/4090_TR", None),
-    ];
-    for (name, offset) in runs {
+    // Both A100 runs, and the 3090's and the 4090's transient runs.
+    for (name, offset) in [RUNS[0], RUNS[1], RUNS[2], RUNS[4]] {
         if !root.join(name).is_dir() {
             println!("SKIPPED: {name} is not here");
             continue;

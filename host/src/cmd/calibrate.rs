@@ -45,7 +45,7 @@ enum What {
 }
 
 /// Reference samples and logger readings of a recording with both (an import): the
-/// reference reduced to a lattice as it is read.
+/// reference kept as its samples, or reduced to a lattice beyond [`EXACT_SAMPLES`].
 fn from_recording(
     path: &Path,
     period_ms: Option<f64>,
