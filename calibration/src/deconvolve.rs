@@ -23,7 +23,12 @@
 //! closed form: exact for power constant within cells, fractional window edges
 //! included. Cells that end at or before `TOI = 0` hold the known idle power `P_idle`:
 //! the signal starts from a known level, which is what makes a box average invertible
-//! from its rising edge.
+//! from its rising edge. The GPU's timestamps end the kernel as well: cells that start
+//! at or after `duration + tail` ([`Options::tail_s`], default 0) hold `P_idle` too, and
+//! the readings after the kernel (a window's trailing edge, an exponential's decay) say
+//! how its energy was spread inside it. The free cells are then the kernel's, however
+//! long the logger's response, which bounds the solve's cost by the kernel's length and
+//! keeps a long response from being an ill-posed search for power where none is drawn.
 //!
 //! # Method
 //!
@@ -65,10 +70,20 @@
 //!   `λ` halves from `λ_max` (above which only the free jumps move) until the estimate
 //!   passes, then bisects in `log λ`. The plain `χ² = N` overfits: with `N ≈ 300` the
 //!   noise alone moves `χ²` by ±25, and a noise draw above `N` buys spurious steps.
-//!   The noise is the standard errors', unless the profile's second differences show a
-//!   scatter ([`Deconvolved::noise_scale`]) more than 1.5× off, or there are none; then
-//!   it is the data's. If no `λ` passes before the fit has a parameter for every fourth
-//!   bin (a logger model that misfits), GCV answers and the rule says so.
+//!   The noise is the standard errors', unless the readings' scatter about the richest
+//!   fit on the path (the last with at most a parameter for every fourth bin, often
+//!   every free cell), `s² = χ²/(N − df)` ([`Deconvolved::noise_scale`]), is more than
+//!   1.25× off, or no λ passes with them, or there are none; then it is `s` (the rule
+//!   says so). The richest fit passes at its own scale, so the rule always answers; a
+//!   scale far above 1 says the logger model misfits the readings, not that they are
+//!   noisy. GCV answers only noise-free readings (no residual at all).
+//!
+//!   Bins whose readings repeat one value exactly ([`Profile::exact`]: a quantised
+//!   logger on a steady power, long after the kernel) are fitted but not counted in
+//!   these tests: their deviations are one rounding shared by all of them, not noise,
+//!   and hundreds of bins of zero residual would otherwise pull `χ²/N` down and the
+//!   rule into spurious steps. Their standard error is floored at `q/√12` for a quantum
+//!   `q` the profile shows, so that a rounding cannot pass for a misfit either.
 //! - [`Rule::Gcv`]: generalised cross-validation `N·χ²/(N − df)²` over a geometric grid.
 //!   AIC-like, it keeps spurious steps here (see `README.md`).
 //! - [`Rule::Fixed`]: a given `λ`.
@@ -313,6 +328,11 @@ pub struct Profile {
     /// takes the median; values are floored at a tenth of the median so that a bin of
     /// identical quantised readings cannot claim infinite precision.
     pub se_w: Option<Vec<f64>>,
+    /// Per bin (or empty: none): its readings repeat one value exactly, so that its
+    /// deviation from the model is a rounding shared with its neighbours, not noise. Such
+    /// bins are fitted like the others but left out of the noise level's tests (the
+    /// discrepancy rule's `χ²` and `N`), which they would otherwise dilute.
+    pub exact: Vec<bool>,
 }
 
 impl Profile {
@@ -357,9 +377,52 @@ impl Profile {
                 .iter()
                 .map(|b| if b.n > 0 { b.mean_w } else { f64::NAN })
                 .collect(),
-            se_w: Some(pooled_se(bins, SE_POOL_HALF_WIDTH)),
+            se_w: Some(floored_se(bins)),
+            exact: bins.iter().map(|b| b.n >= 2 && b.std_w == 0.0).collect(),
         })
     }
+}
+
+/// [`pooled_se`], floored at `q/√12` in the bins whose readings do not scatter (one
+/// reading, or identical ones) where the readings show a quantum `q` ([`quantum`]):
+/// readings of a steady power with no noise to dither them are each off by the same
+/// rounding, which averaging does not reduce, so such a bin's mean is not known better
+/// than a uniform error over one quantum, whatever its neighbours' scatter says.
+fn floored_se(bins: &[ProfileBin]) -> Vec<f64> {
+    let mut se = pooled_se(bins, SE_POOL_HALF_WIDTH);
+    if let Some(q) = quantum(bins) {
+        let floor = q / 12f64.sqrt();
+        for (s, b) in se.iter_mut().zip(bins) {
+            if b.n == 1 || (b.n >= 2 && b.std_w == 0.0) {
+                *s = if s.is_finite() { s.max(floor) } else { floor };
+            }
+        }
+    }
+    se
+}
+
+/// The quantum of the readings, W, where the profile shows one: the values of bins whose
+/// two or more readings are identical are exact readings, and when at least three
+/// distinct ones all lie on multiples of their smallest spacing, that spacing is it.
+fn quantum(bins: &[ProfileBin]) -> Option<f64> {
+    let mut exact: Vec<f64> = (bins.iter())
+        .filter(|b| b.n >= 2 && b.std_w == 0.0 && b.mean_w.is_finite())
+        .map(|b| b.mean_w)
+        .collect();
+    exact.sort_by(f64::total_cmp);
+    let tol = 1e-9 * exact.iter().fold(1.0_f64, |m, v| m.max(v.abs()));
+    exact.dedup_by(|a, b| (*a - *b).abs() <= tol);
+    if exact.len() < 3 {
+        return None;
+    }
+    let q = (exact.windows(2))
+        .map(|w| w[1] - w[0])
+        .fold(f64::INFINITY, f64::min);
+    let on_grid = exact.iter().all(|v| {
+        let k = (v - exact[0]) / q;
+        (k - k.round()).abs() < 0.01
+    });
+    on_grid.then_some(q)
 }
 
 /// Bins on either side whose variances [`Profile::from_bins`] pools.
@@ -446,6 +509,16 @@ pub struct Options {
     /// Leave the jump at the cell edge nearest `duration` unpenalised (default true):
     /// the execution's end is known from the GPU's timestamps like its start.
     pub end_jump_free: bool,
+    /// How long after the execution's end (`duration`) the power may still differ from
+    /// the idle level, s (default 0; `f64::INFINITY`: every cell the readings see is
+    /// free). Past it the cells hold the idle level, as before TOI 0: the GPU's
+    /// timestamps bound the kernel at both ends, and the readings after it then only tell
+    /// how the power inside it was spread. That keeps a logger whose response is much
+    /// longer than the kernel (an exponential's tail, a long window) from solving for
+    /// every cell of that response, which is both slow and ill-posed. The jump back to
+    /// idle at the tail's end is not penalised, so a tail is a free level, not a
+    /// regularised one: give one only for a GPU whose power outlasts its kernels.
+    pub tail_s: f64,
     /// Fit a correction to the logger's offset, from the bins that see only idle cells
     /// (at least [`MIN_IDLE_BINS`]; default true). An offset error, or a gain error
     /// that puts `gain·P_idle` off, otherwise meets the fixed idle level as a misfit
@@ -469,6 +542,7 @@ impl Default for Options {
             rule: Rule::Discrepancy,
             discrepancy_z: 2.33,
             end_jump_free: true,
+            tail_s: 0.0,
             refit: true,
             fit_offset: true,
             bootstrap: 100,
@@ -501,6 +575,9 @@ pub struct Deconvolved {
     pub rule: &'static str,
     /// Energy per execution, `∫ P dt` over `[0, duration]`, J.
     pub energy_j: f64,
+    /// Index in `t` one past the last cell solved for: later cells hold the idle level,
+    /// the execution and its tail over ([`Options::tail_s`]).
+    pub free_end: usize,
     /// Lower edge of the energy's band, J.
     pub energy_lo_j: f64,
     /// Upper edge of the energy's band, J.
@@ -516,8 +593,9 @@ pub struct Deconvolved {
     pub bins: usize,
     /// Free segment levels in the solution (the fit's degrees of freedom).
     pub segments: usize,
-    /// The readings' scatter seen in the profile's second differences, relative to the
-    /// standard errors (≈ 1 when they are right), or in W without them.
+    /// The readings' scatter about the richest fit the rule tried, `√(χ²/(N − df))`:
+    /// relative to the standard errors (≈ 1 when they are right, well above 1 when the
+    /// logger model misfits), or in W without them; NaN when no rule looked.
     pub noise_scale: f64,
     /// Bootstrap replicates behind the band.
     pub bootstrap: usize,
@@ -537,6 +615,9 @@ pub struct Fit {
     pub power_w: Vec<f64>,
     /// Index in `t` of the first cell after TOI 0 (earlier cells are fixed at idle).
     pub first_free: usize,
+    /// Index in `t` one past the last free cell: later cells hold the idle level, the
+    /// execution and its tail over ([`Options::tail_s`]).
+    pub free_end: usize,
     /// Per cell: whether the jump into it from the previous cell is penalised (false for
     /// fixed cells and the free jumps).
     pub penalised: Vec<bool>,
@@ -581,11 +662,20 @@ struct Model {
     idle: f64,
     /// Free cells.
     n: usize,
+    /// Rows `q = 0..nr`: the profile bins from the first free cell's on (`nr ≥ n`).
+    nr: usize,
+    /// Whether the power returns to the idle level at cell `n` and stays there
+    /// ([`Options::tail_s`]): the readings of rows past it see the free cells' tail.
+    end_fixed: bool,
     /// Per profile bin: weight (0 if left out), and the reading less the idle model.
     w_bin: Vec<f64>,
     b_bin: Vec<f64>,
     sigma_bin: Vec<f64>,
-    /// Per `q = 0..n` (profile bin `q + shift + c_free`): weight.
+    /// Per profile bin: whether it counts in the noise level's tests (not
+    /// [`Profile::exact`]); and how many bins with data do.
+    noisy_bin: Vec<bool>,
+    noisy: usize,
+    /// Per row `q = 0..nr` (profile bin `q + shift + c_free`): weight.
     wq: Vec<f64>,
     /// Bins with data that see only idle cells (`q < 0`): index and weight.
     pre_bins: Vec<usize>,
@@ -744,6 +834,8 @@ impl Model {
         let mut sigma_bin = vec![1.0; nb];
         let mut q_max: i64 = -1;
         let mut bins = 0;
+        let mut noisy_bin = vec![false; nb];
+        let mut noisy = 0;
         for k in 0..nb {
             let y = p.power_w[k];
             if !y.is_finite() {
@@ -754,6 +846,10 @@ impl Model {
             w_bin[k] = 1.0 / (sigma * sigma);
             b_bin[k] = y - offset_idle;
             bins += 1;
+            if !p.exact.get(k).copied().unwrap_or(false) {
+                noisy_bin[k] = true;
+                noisy += 1;
+            }
             q_max = q_max.max(k as i64 - shift - c_free);
         }
         if bins == 0 {
@@ -766,9 +862,22 @@ impl Model {
                 "no reading sees power after TOI 0",
             ));
         }
-        let n = (q_max + 1) as usize;
-        if n > MAX_CELLS {
-            return Err(ParamError::new("power_w", n as f64, "too many cells"));
+        let nr = (q_max + 1) as usize;
+        // Free cells: up to the execution's end and its tail, past which the power is
+        // the idle level; every cell the readings see without a tail.
+        let cell0 = p.t0_s + c_free as f64 * dt;
+        let tail = options.tail_s;
+        if tail.is_nan() || tail < 0.0 {
+            return Err(ParamError::new("tail_s", tail, "must be ≥ 0"));
+        }
+        let reach = ((input.duration_s + tail - cell0) / dt - 1e-9).ceil();
+        let n = if reach.is_finite() && reach < nr as f64 {
+            (reach as usize).max(1)
+        } else {
+            nr
+        };
+        if nr > MAX_CELLS {
+            return Err(ParamError::new("power_w", nr as f64, "too many cells"));
         }
         let mut model = Model {
             t0: p.t0_s,
@@ -781,14 +890,18 @@ impl Model {
             offset: lg.offset_w,
             idle: input.idle_w,
             n,
+            nr,
+            end_fixed: n < nr,
             w_bin,
             b_bin,
             sigma_bin,
-            wq: vec![0.0; n],
+            noisy_bin,
+            noisy,
+            wq: vec![0.0; nr],
             pre_bins: Vec::new(),
             pre_w: Vec::new(),
             data: Data {
-                bq: vec![0.0; n],
+                bq: vec![0.0; nr],
                 pre: Vec::new(),
             },
             nv: n,
@@ -813,7 +926,6 @@ impl Model {
             model.pen.push(false);
         }
         if options.end_jump_free {
-            let cell0 = p.t0_s + c_free as f64 * dt;
             let m = ((input.duration_s - cell0) / dt).round();
             if m > 0.0 && m < n as f64 {
                 model.pen[m as usize] = false;
@@ -823,20 +935,28 @@ impl Model {
         Ok(model)
     }
 
-    /// `BᵀWB` with `B_{q,m} = gain·S(q − m)` (and a column of ones for the offset
-    /// correction): O(n·len²).
+    /// Columns `0..nc` (and the offset's) before the end is fixed: `nc = n + 1` with it.
+    fn columns(&self) -> usize {
+        self.n + usize::from(self.end_fixed)
+    }
+
+    /// `BᵀWB` with `B_{q,m} = gain·S(q − m)` over rows `q < nr` (and a column of ones for
+    /// the offset correction): O(n·len²). With the end fixed, the jump back to idle at
+    /// cell `n` is `−Σ u`, so column `m` is `B_m − B_n`.
     fn build_gram(&self) -> Vec<f64> {
-        let n = self.n;
-        let nv = self.nv;
+        let nr = self.nr;
+        let nc = self.columns();
+        let off = self.nv > self.n;
+        let nv0 = nc + usize::from(off);
         let len = self.step.len();
-        let mut wsuf = vec![0.0; n + 1];
-        for q in (0..n).rev() {
+        let mut wsuf = vec![0.0; nr + 1];
+        for q in (0..nr).rev() {
             wsuf[q] = wsuf[q + 1] + self.wq[q];
         }
         // v[m] = Σ_{q ≥ m} w_q S(q − m).
-        let mut v = vec![0.0; n];
+        let mut v = vec![0.0; nc];
         for (m, vm) in v.iter_mut().enumerate() {
-            let top = (m + len - 1).min(n);
+            let top = (m + len - 1).min(nr);
             let mut acc = 0.0;
             for q in m..top {
                 acc += self.wq[q] * self.step[q - m];
@@ -844,9 +964,9 @@ impl Model {
             *vm = acc + self.s_tot * wsuf[top];
         }
         let g2 = self.gain * self.gain;
-        let mut gram = vec![0.0; nv * nv];
-        for m2 in 0..n {
-            let top = (m2 + len - 1).min(n);
+        let mut gram = vec![0.0; nv0 * nv0];
+        for m2 in 0..nc {
+            let top = (m2 + len - 1).min(nr);
             for m in 0..=m2 {
                 let value = if m2 - m >= len - 1 {
                     self.s_tot * v[m2]
@@ -857,39 +977,61 @@ impl Model {
                     }
                     acc + self.s_tot * self.s_tot * wsuf[top]
                 };
-                gram[m * nv + m2] = g2 * value;
-                gram[m2 * nv + m] = g2 * value;
+                gram[m * nv0 + m2] = g2 * value;
+                gram[m2 * nv0 + m] = g2 * value;
             }
         }
-        if nv > n {
-            for m in 0..n {
-                gram[m * nv + n] = self.gain * v[m];
-                gram[n * nv + m] = self.gain * v[m];
+        if off {
+            for m in 0..nc {
+                gram[m * nv0 + nc] = self.gain * v[m];
+                gram[nc * nv0 + m] = self.gain * v[m];
             }
-            gram[n * nv + n] = wsuf[0] + self.pre_w.iter().sum::<f64>();
+            gram[nc * nv0 + nc] = wsuf[0] + self.pre_w.iter().sum::<f64>();
         }
-        gram
+        if !self.end_fixed {
+            return gram;
+        }
+        let (n, nv) = (self.n, self.nv);
+        // Index in the unfixed matrix of reduced variable `i`.
+        let at = |i: usize| if i < n { i } else { nc };
+        let mut out = vec![0.0; nv * nv];
+        for i in 0..nv {
+            for j in 0..nv {
+                let mut g = gram[at(i) * nv0 + at(j)];
+                if i < n {
+                    g -= gram[n * nv0 + at(j)];
+                }
+                if j < n {
+                    g -= gram[at(i) * nv0 + n];
+                }
+                if i < n && j < n {
+                    g += gram[n * nv0 + n];
+                }
+                out[i * nv + j] = g;
+            }
+        }
+        out
     }
 
     /// `BᵀW b` for `data`.
     fn rhs(&self, data: &Data) -> Vec<f64> {
-        let n = self.n;
+        let nr = self.nr;
         let bq = &data.bq;
         let len = self.step.len();
-        let mut wbsuf = vec![0.0; n + 1];
-        for q in (0..n).rev() {
+        let mut wbsuf = vec![0.0; nr + 1];
+        for q in (0..nr).rev() {
             wbsuf[q] = wbsuf[q + 1] + self.wq[q] * bq[q];
         }
-        let mut c: Vec<f64> = (0..n)
-            .map(|m| {
-                let top = (m + len - 1).min(n);
-                let acc: f64 = (m..top)
-                    .map(|q| self.wq[q] * bq[q] * self.step[q - m])
-                    .sum();
-                self.gain * (acc + self.s_tot * wbsuf[top])
-            })
-            .collect();
-        if self.nv > n {
+        let column = |m: usize| {
+            let top = (m + len - 1).min(nr);
+            let acc: f64 = (m..top)
+                .map(|q| self.wq[q] * bq[q] * self.step[q - m])
+                .sum();
+            self.gain * (acc + self.s_tot * wbsuf[top])
+        };
+        let end = if self.end_fixed { column(self.n) } else { 0.0 };
+        let mut c: Vec<f64> = (0..self.n).map(|m| column(m) - end).collect();
+        if self.nv > self.n {
             let pre: f64 = self.pre_w.iter().zip(&data.pre).map(|(w, b)| w * b).sum();
             c.push(wbsuf[0] + pre);
         }
@@ -907,7 +1049,8 @@ impl Model {
 
     /// Model `b` per row `q` from the active jumps and the offset correction.
     fn predict_rows(&self, st: &State) -> Vec<f64> {
-        let mut out = vec![self.offset_fit(st); self.n];
+        let mut out = vec![self.offset_fit(st); self.nr];
+        let mut total = 0.0;
         for &m in &st.active {
             if m >= self.n {
                 continue;
@@ -916,24 +1059,37 @@ impl Model {
             if um == 0.0 {
                 continue;
             }
+            total += um;
             for (q, o) in out.iter_mut().enumerate().skip(m) {
                 *o += um * self.s(q - m);
+            }
+        }
+        if self.end_fixed && total != 0.0 {
+            // The jump back to idle at cell n.
+            for (q, o) in out.iter_mut().enumerate().skip(self.n) {
+                *o -= total * self.s(q - self.n);
             }
         }
         out
     }
 
     fn chi2(&self, st: &State, data: &Data) -> f64 {
+        self.chi2_over(st, data, false)
+    }
+
+    /// `χ²` over the bins with data, or over those that count in the noise tests only.
+    fn chi2_over(&self, st: &State, data: &Data, noisy_only: bool) -> f64 {
         let pred = self.predict_rows(st);
         let delta = self.offset_fit(st);
-        let mut chi2: f64 = self
-            .pre_w
-            .iter()
-            .zip(&data.pre)
-            .map(|(w, b)| w * (b - delta) * (b - delta))
+        let counts = |k: usize| !noisy_only || self.noisy_bin[k];
+        let mut chi2: f64 = (self.pre_w.iter().zip(&data.pre).zip(&self.pre_bins))
+            .filter(|(_, &k)| counts(k))
+            .map(|((w, b), _)| w * (b - delta) * (b - delta))
             .sum();
-        for ((w, b), p) in self.wq.iter().zip(&data.bq).zip(&pred) {
-            chi2 += w * (b - p) * (b - p);
+        for (q, ((w, b), p)) in self.wq.iter().zip(&data.bq).zip(&pred).enumerate() {
+            if self.bin_of(q).is_some_and(counts) {
+                chi2 += w * (b - p) * (b - p);
+            }
         }
         chi2
     }
@@ -1408,6 +1564,9 @@ struct Chosen {
     /// The estimate (refitted or not).
     est: State,
     rule: &'static str,
+    /// The readings' scatter about the richest fit, relative to the standard errors (NaN
+    /// where the rule did not look).
+    noise_scale: f64,
 }
 
 fn gcv_score(model: &Model, chi2: f64, st: &State) -> f64 {
@@ -1439,6 +1598,7 @@ fn choose_gcv(model: &Model, c: &[f64], lmax: f64, st0: &State, refit: bool) -> 
                     tv: tv.clone(),
                     est: est.clone(),
                     rule: "gcv",
+                    noise_scale: f64::NAN,
                 },
             ));
         }
@@ -1454,92 +1614,103 @@ fn choose_gcv(model: &Model, c: &[f64], lmax: f64, st0: &State, refit: bool) -> 
             tv: st0.clone(),
             est: st0.clone(),
             rule: "gcv",
+            noise_scale: f64::NAN,
         },
     }
 }
 
-/// The noise scale the data show, relative to the standard errors (absolute, in W,
-/// without them): `1.4826·median |Δ²y_k| / √(σ²_{k−1} + 4σ²_k + σ²_{k+1})` over runs of
-/// three bins with data. A logger profile is smooth at the scale of a bin (a box average
-/// is piecewise linear, its kinks few), so its second differences are noise.
-fn noise_scale(model: &Model) -> f64 {
-    let y = &model.b_bin;
-    let w = &model.w_bin;
-    let s = &model.sigma_bin;
-    let mut r = Vec::new();
-    for k in 1..y.len().saturating_sub(1) {
-        if w[k - 1] > 0.0 && w[k] > 0.0 && w[k + 1] > 0.0 {
-            let d2 = y[k + 1] - 2.0 * y[k] + y[k - 1];
-            let v = s[k - 1] * s[k - 1] + 4.0 * s[k] * s[k] + s[k + 1] * s[k + 1];
-            r.push((d2 / v.sqrt()).abs());
-        }
-    }
-    let m = median(&r);
-    if m.is_finite() {
-        1.482_602_218_505_602 * m
-    } else {
-        f64::NAN
-    }
-}
+/// The standard errors are trusted unless the readings' scatter about the richest fit
+/// ([`Deconvolved::noise_scale`]) differs from them by more than this factor.
+const SE_TRUST: f64 = 1.25;
 
-/// The standard errors are trusted unless the data's scatter ([`noise_scale`]) differs
-/// from them by more than this factor.
-const SE_TRUST: f64 = 1.5;
-
-/// The discrepancy rule with the noise scaled by `scale`: the largest λ whose estimate
-/// has `χ² ≤ scale²·(ν + z·√(2ν))`; `None` if none has down to `1e-9·λ_max` or before
-/// the fit has a parameter for every fourth bin.
+/// The discrepancy rule: the largest λ whose estimate has `χ² ≤ s²·(ν + z·√(2ν))`,
+/// `s` the noise scale, with that scale. `λ` halves from `λ_max` down to the richest fit
+/// (the last with at most a parameter for every fourth bin, or `1e-9·λ_max`), whose
+/// residuals give `s_rich² = χ²_rich/(N − df_rich)`; `s` is 1 (the standard errors) when
+/// they are given and `s_rich` is within [`SE_TRUST`] of 1 and some λ passes with it, else
+/// `s_rich`. The first λ on the path that passes is then bisected in `log λ` against the
+/// one before it. `None` only when the richest fit leaves no residual (noise-free data).
 fn choose_discrepancy(
     model: &Model,
     c: &[f64],
     lmax: f64,
     st0: &State,
     options: &Options,
-    scale: f64,
+    has_se: bool,
 ) -> Option<Chosen> {
     let z = options.discrepancy_z;
     let refit = options.refit;
-    let ok = |est: &State| {
-        let dof = (model.bins as f64 - est.df() as f64).max(1.0);
-        model.chi2(est, &model.data) <= scale * scale * (dof + z * (2.0 * dof).sqrt())
+    // The tests count the bins whose readings scatter, unless hardly any do.
+    let noisy_only = model.noisy >= 10;
+    let counted = if noisy_only { model.noisy } else { model.bins } as f64;
+    let chi2 = |est: &State| model.chi2_over(est, &model.data, noisy_only);
+    let passes = |est: &State, scale: f64| {
+        let dof = (counted - est.df() as f64).max(1.0);
+        chi2(est) <= scale * scale * (dof + z * (2.0 * dof).sqrt())
     };
-    let mut lo_tv = st0.clone();
-    let mut lo_est = estimate(model, c, lmax, &mut lo_tv, refit);
-    let mut lo = lmax;
-    let mut hi = f64::INFINITY;
-    let floor = lmax * 1e-9;
-    while !ok(&lo_est) {
-        if lo < floor || 4 * lo_est.df() > model.bins {
-            return None;
+    // The halving path, from λ_max to the richest fit.
+    let mut path: Vec<(f64, State, State)> = Vec::new();
+    let mut tv = st0.clone();
+    let mut lambda = lmax;
+    loop {
+        let est = estimate(model, c, lambda, &mut tv, refit);
+        if 4 * est.df() > model.bins && !path.is_empty() {
+            break;
         }
-        hi = lo;
-        lo *= 0.5;
-        lo_est = estimate(model, c, lo, &mut lo_tv, refit);
+        path.push((lambda, tv.clone(), est));
+        if lambda < lmax * 1e-9 {
+            break;
+        }
+        lambda *= 0.5;
     }
-    // χ²(lo) passes, χ²(hi) does not: bisect in log λ for the largest λ that passes.
-    if hi.is_finite() {
-        for _ in 0..20 {
-            if hi / lo < 1.0 + 1e-3 {
-                break;
-            }
-            let mid = (lo * hi).sqrt();
-            let mut tv = lo_tv.clone();
-            let est = estimate(model, c, mid, &mut tv, refit);
-            if ok(&est) {
-                lo = mid;
-                lo_tv = tv;
-                lo_est = est;
-            } else {
-                hi = mid;
+    let rich = &path[path.len() - 1].2;
+    let nu_rich = (counted - rich.df() as f64).max(1.0);
+    let s_rich = (chi2(rich) / nu_rich).sqrt();
+    let mut scales = Vec::with_capacity(2);
+    if has_se && (1.0 / SE_TRUST..=SE_TRUST).contains(&s_rich) {
+        scales.push(1.0);
+    }
+    if s_rich.is_finite() && s_rich > 0.0 {
+        scales.push(s_rich);
+    }
+    for scale in scales {
+        let Some(i) = path.iter().position(|(_, _, est)| passes(est, scale)) else {
+            continue;
+        };
+        let (mut lo, mut lo_tv, mut lo_est) = path[i].clone();
+        if i > 0 {
+            // χ²(lo) passes, χ²(hi) does not: bisect in log λ for the largest that passes.
+            let mut hi = path[i - 1].0;
+            for _ in 0..20 {
+                if hi / lo < 1.0 + 1e-3 {
+                    break;
+                }
+                let mid = (lo * hi).sqrt();
+                let mut tv = lo_tv.clone();
+                let est = estimate(model, c, mid, &mut tv, refit);
+                if passes(&est, scale) {
+                    (lo, lo_tv, lo_est) = (mid, tv, est);
+                } else {
+                    hi = mid;
+                }
             }
         }
+        let rule = if scale == 1.0 {
+            "discrepancy"
+        } else if has_se {
+            "discrepancy (noise scaled from the residuals)"
+        } else {
+            "discrepancy (noise from the residuals)"
+        };
+        return Some(Chosen {
+            lambda: lo,
+            tv: lo_tv,
+            est: lo_est,
+            rule,
+            noise_scale: s_rich,
+        });
     }
-    Some(Chosen {
-        lambda: lo,
-        tv: lo_tv,
-        est: lo_est,
-        rule: "discrepancy",
-    })
+    None
 }
 
 fn choose(model: &Model, c: &[f64], options: &Options, has_se: bool) -> Chosen {
@@ -1553,6 +1724,7 @@ fn choose(model: &Model, c: &[f64], options: &Options, has_se: bool) -> Chosen {
             tv,
             est,
             rule: "fixed",
+            noise_scale: f64::NAN,
         };
     }
     if lmax.is_nan() || lmax <= 0.0 {
@@ -1564,25 +1736,14 @@ fn choose(model: &Model, c: &[f64], options: &Options, has_se: bool) -> Chosen {
             tv,
             est,
             rule: "fixed",
+            noise_scale: f64::NAN,
         };
     }
     if options.rule == Rule::Gcv {
         return choose_gcv(model, c, lmax, &st0, refit);
     }
-    let data_scale = noise_scale(model);
-    let (scale, rule) = if !has_se {
-        (data_scale, "discrepancy (noise from the data)")
-    } else if data_scale.is_finite() && !(1.0 / SE_TRUST..=SE_TRUST).contains(&data_scale) {
-        // The standard errors are far from the scatter the data show.
-        (data_scale, "discrepancy (noise scaled from the data)")
-    } else {
-        (1.0, "discrepancy")
-    };
-    if scale.is_finite() && scale > 0.0 {
-        if let Some(mut chosen) = choose_discrepancy(model, c, lmax, &st0, options, scale) {
-            chosen.rule = rule;
-            return chosen;
-        }
+    if let Some(chosen) = choose_discrepancy(model, c, lmax, &st0, options, has_se) {
+        return chosen;
     }
     let mut chosen = choose_gcv(model, c, lmax, &st0, refit);
     chosen.rule = "gcv (discrepancy not reached)";
@@ -1596,7 +1757,7 @@ fn choose(model: &Model, c: &[f64], options: &Options, has_se: bool) -> Chosen {
 /// Output cells: global indices `c_start..c_free + n`.
 fn cells(model: &Model) -> (i64, Vec<f64>) {
     let c_start = model.c_free.min(0);
-    let c_end = model.c_free + model.n as i64;
+    let c_end = model.c_free + model.nr as i64;
     let t = (c_start..c_end)
         .map(|c| model.t0 + (c as f64 + 0.5) * model.dt)
         .collect();
@@ -1608,6 +1769,7 @@ fn full_power(model: &Model, c_start: i64, p_free: &[f64]) -> Vec<f64> {
     let fixed = (model.c_free - c_start) as usize;
     let mut out = vec![model.idle; fixed];
     out.extend_from_slice(p_free);
+    out.resize(fixed + model.nr, model.idle);
     out
 }
 
@@ -1633,7 +1795,7 @@ fn fitted(model: &Model, st: &State) -> Vec<f64> {
     (0..model.w_bin.len())
         .map(|k| {
             let q = k as i64 - model.shift - model.c_free;
-            if q >= 0 && (q as usize) < model.n {
+            if q >= 0 && (q as usize) < model.nr {
                 base + pred[q as usize]
             } else {
                 base + model.offset_fit(st)
@@ -1688,6 +1850,7 @@ pub fn fit_at(input: &Input, options: &Options, lambda: f64) -> Result<Fit, Para
         t,
         power_w,
         first_free: fixed,
+        free_end: fixed + model.n,
         penalised,
         multipliers,
         weights: model.w_bin.clone(),
@@ -1820,12 +1983,13 @@ pub fn deconvolve(input: &Input, options: &Options) -> Result<Deconvolved, Param
         lambda: chosen.lambda,
         rule: chosen.rule,
         energy_j,
+        free_end: (model.c_free - c_start) as usize + model.n,
         energy_lo_j,
         energy_hi_j,
         chi2,
         bins: model.bins,
         segments: st.df() - (model.nv - model.n),
-        noise_scale: noise_scale(&model),
+        noise_scale: chosen.noise_scale,
         bootstrap: reps,
         converged,
     })

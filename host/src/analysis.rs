@@ -579,6 +579,15 @@ fn pair_edges(driven: &[(bool, f64)], rig: &[(bool, f64, f64)], window: f64) -> 
     pairs
 }
 
+/// The executions' durations in the profile recording at `path`, by the GPU's clock, s:
+/// what sets how far after an execution's start its readings are stitched.
+pub fn execution_durations(path: &Path) -> Result<Vec<f64>, AnalysisError> {
+    let g = gpu_side(path)?;
+    Ok((g.executions.iter())
+        .map(|e| e.1.saturating_sub(e.0) as f64 / g.hz)
+        .collect())
+}
+
 /// Analyses the profile recording `profile` and the rig's capture `rig` of the same run.
 pub fn analyse(
     profile_path: &Path,

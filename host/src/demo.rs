@@ -283,22 +283,30 @@ impl<'a> Stitched<'a> {
                 if !(l0.is_finite() && l1.is_finite()) || (l1 < l0) != down {
                     return None;
                 }
-                let mid = 0.5 * (l0 + l1);
                 let (from, to) = (0.5 * (b[j - 1] + b[j]), 0.5 * (b[j] + b[j + 1]));
                 let pts: Vec<(f64, f64)> = cells
                     .iter()
                     .map(|c| (0.5 * (c.lo + c.hi), c.w))
                     .filter(|&(t, w)| t >= from && t <= to && w.is_finite())
                     .collect();
-                pts.windows(2).find_map(|p| {
-                    let ((t0, w0), (t1, w1)) = (p[0], p[1]);
-                    let crosses = if down {
-                        w0 >= mid && w1 < mid
-                    } else {
-                        w0 <= mid && w1 > mid
-                    };
-                    crosses.then(|| t0 + (t1 - t0) * (w0 - mid) / (w0 - w1))
-                })
+                // Where the profile first crosses `l0 + f·(l1 − l0)` on its way.
+                let cross = |f: f64| {
+                    let level = l0 + f * (l1 - l0);
+                    pts.windows(2).find_map(|p| {
+                        let ((t0, w0), (t1, w1)) = (p[0], p[1]);
+                        let crosses = if down {
+                            w0 >= level && w1 < level
+                        } else {
+                            w0 <= level && w1 > level
+                        };
+                        crosses.then(|| t0 + (t1 - t0) * (w0 - level) / (w0 - w1))
+                    })
+                };
+                // A step, not a ramp: its 10-90 % transition within half the shorter
+                // of the phases it divides.
+                let rise = cross(0.9)? - cross(0.1)?;
+                let shorter = (b[j] - b[j - 1]).min(b[j + 1] - b[j]);
+                (rise <= 0.5 * shorter).then(|| cross(0.5)).flatten()
             })
             .collect();
         let (mut sq, mut n) = (0.0, 0usize);
@@ -354,7 +362,10 @@ pub fn mean_over(cells: &[Cell], a: f64, b: f64) -> f64 {
 pub struct Score {
     /// Each phase's power, W.
     pub phase_w: Vec<f64>,
-    /// Each step's TOI, s (none where the profile shows no step).
+    /// Each step's TOI, s: where the profile crosses halfway between the levels of the
+    /// two phases (their middle halves' medians); none where it does not change the
+    /// truth's way, or only ramps (its 10-90 % transition longer than half the shorter
+    /// phase).
     pub step_s: Vec<Option<f64>>,
     /// Energy per execution, J.
     pub energy_j: f64,

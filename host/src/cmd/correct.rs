@@ -7,13 +7,14 @@ use std::sync::Arc;
 use anyhow::Context;
 use arrow_array::{ArrayRef, Float64Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
-use railtrace::analysis::{analyse, Analysis, Options, Point};
+use railtrace::analysis::{analyse, execution_durations, Analysis, Options, Point};
 use railtrace::logger_model::LoggerModel;
 use railtrace::profile::rig_path;
 use railtrace_calibration::deconvolve::{
     deconvolve, kernel, Deconvolved, Input, LoggerKernel, Options as DeconvolveOptions, Profile,
     Response,
 };
+use railtrace_calibration::stats::median;
 use railtrace_calibration::stitch::ProfileBin;
 
 /// Deconvolves a profiling run's stitched GPU-logger profile with the logger's identified
@@ -83,15 +84,17 @@ pub fn correct(
     bin_s: f64,
 ) -> anyhow::Result<Corrected> {
     let dt = bin_s;
+    // Readings hold the kernel for up to a window (and the delay) after its end: stitch
+    // that far and more past the executions' typical length.
+    let durations = execution_durations(profile)?;
+    let reach = model
+        .window_s
+        .or(model.tau_s.map(|t| 5.0 * t))
+        .unwrap_or(model.period_s)
+        + model.delay_s.abs();
     let options = Options {
         bin_s: dt,
-        // Readings hold the kernel for up to a window after it: stitch that far and more.
-        horizon_s: (model
-            .window_s
-            .or(model.tau_s.map(|t| 5.0 * t))
-            .unwrap_or(model.period_s)
-            + model.delay_s.abs())
-            * 2.5,
+        horizon_s: 2.0 * median(&durations) + 2.5 * reach,
         ..Options::default()
     };
     let a = analyse(profile, rig, &options)?;
@@ -126,11 +129,16 @@ pub fn correct(
         other => anyhow::bail!("{}: unknown family {other:?}", model_path.display()),
     };
     // The profile's time axis is the GPU's (each execution starts at TOI 0 by its own
-    // timestamps), the model's delay is against the reference's. A logger cannot see power
-    // before it is drawn: a negative delay is the reference lagging the GPU's timeline (a
-    // rig's input filter, its trigger path), and the correction stays on the GPU's.
-    let reference_lag_s = (-model.delay_s).max(0.0);
-    let h = kernel(&response, dt, model.delay_s.max(0.0))
+    // timestamps), the model's delay is against the reference's: the logger's delay on
+    // the GPU's timeline is the model's plus the reference's own lag behind it (the GPU
+    // board's input filter, the rig's analog chain and trigger path), measured from the
+    // rig's profile at the kernel's end. Where that cannot be measured, a negative delay
+    // is taken as all lag (a logger cannot see power before it is drawn).
+    let spread =
+        (kept.iter().map(|d| (d - duration).powi(2)).sum::<f64>() / kept.len() as f64).sqrt();
+    let reference_lag_s =
+        reference_lag(&a.rig, duration, spread).unwrap_or((-model.delay_s).max(0.0));
+    let h = kernel(&response, dt, (model.delay_s + reference_lag_s).max(0.0))
         .map_err(|e| anyhow::anyhow!("{}: {e}", model_path.display()))?;
     // The idle level: the logger's readings long after the kernel (its reach over), made
     // reference watts through the model's gain and offset.
@@ -174,6 +182,44 @@ pub fn correct(
         duration_s: duration,
         reference_lag_s,
     })
+}
+
+/// How far the rig's stitched profile `rig` lags the GPU's timeline, s: the energy it
+/// still shows past the kernel's end (`duration`, on the GPU's timestamps), over the step
+/// down to idle there. For a linear lag of unit gain, `∫_end^∞ (r − idle) dt = (P_last −
+/// idle)·L`, `L` the lag's mean delay, exactly when the last phase outlasts the lag; bins
+/// are integrals, so their width does not bias it. The executions' durations spread by
+/// `spread` (s, their standard deviation) about their mean: the longer ones put energy
+/// past the mean end, the shorter ones end their lag's tail before it, which cancel to
+/// first order while the spread is within the lag (beyond, the excess is about
+/// `(0.4·spread + lag/2)·step`), so the lag is taken only there. `None` where the profile cannot tell (no idle after the kernel's tail, no
+/// step at its end, a lag outside `[0, duration/2]`, or a spread that blurs it).
+fn reference_lag(rig: &[Point], duration: f64, spread: f64) -> Option<f64> {
+    let with = |p: &&Point| p.n > 0 && p.mean_w.is_finite();
+    let last = rig.iter().filter(with).rfind(|p| p.hi_s <= duration)?;
+    // The tail: the bins from the one holding the end, over a quarter of the kernel or
+    // ten bins, whichever is longer; the part of the first bin before the end taken at
+    // the last phase's level. The idle level: the bins after it.
+    let width = last.hi_s - last.lo_s;
+    let until = duration + (0.25 * duration).max(10.0 * width);
+    let after: Vec<f64> = (rig.iter().filter(with))
+        .filter(|p| p.lo_s >= until)
+        .map(|p| p.mean_w)
+        .collect();
+    let idle = median(&after);
+    let step = last.mean_w - idle;
+    let mut excess = 0.0;
+    for p in rig.iter().filter(with) {
+        if p.hi_s > duration && p.lo_s < until {
+            excess += (p.mean_w - idle) * (p.hi_s - p.lo_s);
+            if p.lo_s < duration {
+                excess -= step * (duration - p.lo_s);
+            }
+        }
+    }
+    let lag = excess / step;
+    (idle.is_finite() && step.abs() > 0.0 && (0.0..=0.5 * duration).contains(&lag) && spread <= lag)
+        .then_some(lag)
 }
 
 /// What the logger would read of a profile `(bin start, mean power)` on a uniform grid
@@ -232,6 +278,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "rig_energy_j": a.rig_energy_j,
         "lambda": d.lambda,
         "rule": d.rule,
+        "noise_scale": d.noise_scale,
         "segments": d.segments,
         "confidence": d.confidence,
         "logger_model": args.logger.display().to_string(),

@@ -414,6 +414,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "duration_s": duration,
         "lambda": d.lambda,
         "rule": d.rule,
+        "noise_scale": d.noise_scale,
         "segments": d.segments,
         "energy_band_j": [d.energy_lo_j, d.energy_hi_j],
         "rows": rows.iter().map(|(n, s)| serde_json::json!({"profile": n, "score": s})).collect::<Vec<_>>(),
