@@ -346,3 +346,68 @@ pub fn write(c: &Corrected, figures: &serde_json::Value, output: &Path) -> anyho
     w.finish()?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A rig's stitched profile of a kernel of one level `step` W above 140 W idle, seen
+    /// through a first-order lag `tau`, over executions of `durations`: bin means on
+    /// 10 µs bins from TOI 0 to 1 ms by a 2 000-point midpoint rule.
+    fn lagged(tau: f64, durations: &[f64], step: f64) -> Vec<Point> {
+        let r = |t: f64, d: f64| {
+            let up = 1.0 - (-t.min(d) / tau).exp();
+            let decay = if t > d { (-(t - d) / tau).exp() } else { 1.0 };
+            140.0 + step * up * decay
+        };
+        (0..100)
+            .map(|k| {
+                let (lo, hi) = (k as f64 * 10e-6, (k + 1) as f64 * 10e-6);
+                let m = 2000;
+                let mean = (0..m)
+                    .map(|i| {
+                        let t = lo + (i as f64 + 0.5) * (hi - lo) / m as f64;
+                        durations.iter().map(|&d| r(t, d)).sum::<f64>() / durations.len() as f64
+                    })
+                    .sum::<f64>()
+                    / m as f64;
+                Point {
+                    lo_s: lo,
+                    hi_s: hi,
+                    n: 100,
+                    mean_w: mean,
+                    std_w: 1.0,
+                    ci_half_w: 0.1,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_rigs_lag_is_read_from_its_profile_at_the_kernels_end() {
+        let tau = 5e-6;
+        // One duration, ending mid-bin: the lag to 1 % (the tail's 10 bins hold all but
+        // e^-20 of it).
+        let lag = reference_lag(&lagged(tau, &[263e-6], 400.0), 263e-6, 0.0).unwrap();
+        assert!((lag / tau - 1.0).abs() < 0.01, "{lag}");
+        // Durations spread by half the lag (uniform ±√3·σ): first order cancels; within 5 %.
+        let sd = 0.5 * tau;
+        let ds: Vec<f64> = (0..41)
+            .map(|i| 263e-6 + 3f64.sqrt() * sd * (i as f64 / 20.0 - 1.0))
+            .collect();
+        let mean = ds.iter().sum::<f64>() / ds.len() as f64;
+        let spread = (ds.iter().map(|d| (d - mean).powi(2)).sum::<f64>() / ds.len() as f64).sqrt();
+        let lag = reference_lag(&lagged(tau, &ds, 400.0), mean, spread).unwrap();
+        assert!((lag / tau - 1.0).abs() < 0.05, "{lag}");
+        // Spread past the lag: not taken.
+        assert_eq!(
+            reference_lag(&lagged(tau, &ds, 400.0), mean, 2.0 * tau),
+            None
+        );
+        // No step at the end: nothing to read.
+        assert_eq!(
+            reference_lag(&lagged(tau, &[263e-6], 0.0), 263e-6, 0.0),
+            None
+        );
+    }
+}
