@@ -362,15 +362,15 @@ mod tests {
         };
         (0..100)
             .map(|k| {
-                let (lo, hi) = (k as f64 * 10e-6, (k + 1) as f64 * 10e-6);
+                let (lo, hi) = (f64::from(k) * 10e-6, f64::from(k + 1) * 10e-6);
                 let m = 2000;
                 let mean = (0..m)
                     .map(|i| {
-                        let t = lo + (i as f64 + 0.5) * (hi - lo) / m as f64;
+                        let t = lo + (f64::from(i) + 0.5) * (hi - lo) / f64::from(m);
                         durations.iter().map(|&d| r(t, d)).sum::<f64>() / durations.len() as f64
                     })
                     .sum::<f64>()
-                    / m as f64;
+                    / f64::from(m);
                 Point {
                     lo_s: lo,
                     hi_s: hi,
@@ -393,7 +393,7 @@ mod tests {
         // Durations spread by half the lag (uniform ±√3·σ): first order cancels; within 5 %.
         let sd = 0.5 * tau;
         let ds: Vec<f64> = (0..41)
-            .map(|i| 263e-6 + 3f64.sqrt() * sd * (i as f64 / 20.0 - 1.0))
+            .map(|i| 263e-6 + 3f64.sqrt() * sd * (f64::from(i) / 20.0 - 1.0))
             .collect();
         let mean = ds.iter().sum::<f64>() / ds.len() as f64;
         let spread = (ds.iter().map(|d| (d - mean).powi(2)).sum::<f64>() / ds.len() as f64).sqrt();
