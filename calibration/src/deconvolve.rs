@@ -93,8 +93,11 @@
 //! A residual bootstrap with a fixed seed: the standardised residuals `(y_k − ŷ_k)/σ_k`,
 //! centred and inflated by `√(N/(N − df))`, are resampled with replacement onto the
 //! fitted readings, and each replicate is solved (TV, then refit) at the chosen `λ`. The
-//! band is the basic bootstrap interval `[2P̂ − q_{1−a}, 2P̂ − q_a]` of the replicates,
-//! widened to hold the estimate (the same for the energy). It holds the estimate's
+//! band is the union of the basic bootstrap interval `[2P̂ − q_{1−a}, 2P̂ − q_a]` and the
+//! percentile one `[q_a, q_{1−a}]` of the replicates, widened to hold the estimate (the
+//! same for the energy): replicates that move a step skew the levels' errors, and the
+//! basic interval alone, mirroring that skew, held the truth in 75 % of the twin's
+//! cells over 20 seeds, the union in 94 %. It holds the estimate's
 //! variability under the data's noise, including where the steps fall, but not the
 //! logger model's errors.
 
@@ -1995,8 +1998,12 @@ pub fn deconvolve(input: &Input, options: &Options) -> Result<Deconvolved, Param
     })
 }
 
-/// The basic bootstrap interval `[2P̂ − q_{1−a}, 2P̂ − q_a]` of replicates `values`
-/// (quantiles by linear interpolation), widened to hold the estimate `P̂`.
+/// The band of replicates `values` about the estimate `P̂`: the union of the basic
+/// bootstrap interval `[2P̂ − q_{1−a}, 2P̂ − q_a]` and the percentile one `[q_a, q_{1−a}]`
+/// (quantiles by linear interpolation), widened to hold `P̂`. Where a replicate moves a
+/// step, its levels' errors are skewed, and whether the estimate's errors mirror them
+/// (basic) or follow them (percentile) depends on where the estimate's own step fell;
+/// the union holds either.
 fn band(estimate: f64, values: &mut [f64], a: f64) -> (f64, f64) {
     values.sort_by(f64::total_cmp);
     let q = |p: f64| {
@@ -2005,10 +2012,10 @@ fn band(estimate: f64, values: &mut [f64], a: f64) -> (f64, f64) {
         let j = (i + 1).min(values.len() - 1);
         values[i] + (x - i as f64) * (values[j] - values[i])
     };
-    // Basic bootstrap: the replicates' errors e* = P* − P̂ stand for the estimate's.
-    let lo = 2.0 * estimate - q(1.0 - a);
-    let hi = 2.0 * estimate - q(a);
-    (lo.min(estimate), hi.max(estimate))
+    let (q_lo, q_hi) = (q(a), q(1.0 - a));
+    let lo = (2.0 * estimate - q_hi).min(q_lo).min(estimate);
+    let hi = (2.0 * estimate - q_lo).max(q_hi).max(estimate);
+    (lo, hi)
 }
 
 /// SplitMix64 (Steele, Lea & Flood 2014): the bootstrap's fixed-seed generator.
