@@ -1936,11 +1936,13 @@ fn refine(
             .max()
             .unwrap_or(1)
             .max(1) as f64;
+        // The response at `x` is kept with its fit: building an exponential's low pass
+        // is a pass over the whole reference, and the Jacobian below needs it again.
         let rss_at = |x: &[f64]| {
             let feat = feat_for(reference, kind, unpack(kind, x).2);
             let f = features(engine, kind, x, &feat, &ks);
             let (g, off, rss) = weighted_line(&f, &y, &c);
-            (f, g, off, rss)
+            (f, g, off, rss, feat)
         };
         let (mut xi, mut cur) = (x.clone(), rss_at(&x));
         let mut lambda = 1e-3;
@@ -1949,7 +1951,7 @@ fn refine(
             // Columns: ∂(g·f)/∂x_i by central differences, then f and 1.
             let mut cols: Vec<Vec<f64>> = Vec::with_capacity(dim + 2);
             // The period and the phase move the grid, not the response: one for both.
-            let here = feat_for(reference, kind, unpack(kind, &xi).2);
+            let here = &cur.4;
             for i in 0..dim {
                 let h = match i {
                     0 => h_u / kmax,
@@ -1960,7 +1962,7 @@ fn refine(
                 xp[i] += h;
                 xm[i] -= h;
                 let (fp, fm) = if i < 2 {
-                    let f = |x: &[f64]| features(engine, kind, x, &here, &ks);
+                    let f = |x: &[f64]| features(engine, kind, x, here, &ks);
                     (f(&xp), f(&xm))
                 } else {
                     let f = |x: &[f64]| {
