@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::Command;
 
 mod common;
-use common::TempDir;
+use common::{f64_columns, TempDir};
 
 /// Runs the demo into `dir` with `extra` arguments; its JSON figures.
 fn demo(dir: &Path, extra: &[&str]) -> serde_json::Value {
@@ -195,7 +195,6 @@ fn a_partial_window_logger_with_a_5ms_kernel() {
 #[test]
 #[ignore]
 fn coverage() {
-    use arrow_array::{Array, Float64Array};
     let (mut energy_in, mut cells) = (0, std::collections::BTreeMap::new());
     // The truth's steps and the kernel's end, over the seeds.
     let mut edges = Vec::new();
@@ -215,28 +214,16 @@ fn coverage() {
                 ((v[0] * 1e3).round() as i64, v[1])
             })
             .collect();
-        let file = std::fs::File::open(dir.0.join("corrected.arrow")).unwrap();
         let duration = num(&f["duration_s"]);
         edges.push(duration);
         edges.extend(truth["step_s"].as_array().unwrap().iter().map(num));
-        for b in arrow_ipc::reader::StreamReader::try_new(file, None).unwrap() {
-            let b = b.unwrap();
-            let col = |n: &str| {
-                b.column_by_name(n)
-                    .unwrap()
-                    .as_any()
-                    .downcast_ref::<Float64Array>()
-                    .unwrap()
-                    .clone()
-            };
-            let (t, lo, hi) = (col("t_s"), col("lo_w"), col("hi_w"));
-            for i in 0..t.len() {
-                let key = (t.value(i) * 1e9).round() as i64;
-                if t.value(i) > 0.0 && t.value(i) < duration {
-                    if let Some(&p) = true_w.get(&key) {
-                        let held = lo.value(i) - 1e-9 <= p && p <= hi.value(i) + 1e-9;
-                        cells.entry(key).or_insert_with(Vec::new).push(held);
-                    }
+        let c = f64_columns(&dir.0.join("corrected.arrow"), &["t_s", "lo_w", "hi_w"]);
+        for ((&t, &lo), &hi) in c[0].iter().zip(&c[1]).zip(&c[2]) {
+            let key = (t * 1e9).round() as i64;
+            if t > 0.0 && t < duration {
+                if let Some(&p) = true_w.get(&key) {
+                    let held = lo - 1e-9 <= p && p <= hi + 1e-9;
+                    cells.entry(key).or_insert_with(Vec::new).push(held);
                 }
             }
         }

@@ -15,7 +15,7 @@ use railtrace_calibration::binning::cluster;
 use railtrace_calibration::stitch::{assign, profile, Execution, Policy, Reading};
 
 mod common;
-use common::TempDir;
+use common::{f64_columns, TempDir};
 
 /// The default scenario with its MCU clock and trigger path replaced.
 fn scenario(error_ppm: f64, latency_s: f64, jitter_s: f64) -> railtrace_twin::Loaded {
@@ -183,24 +183,6 @@ fn run(
     run_trains(loaded, runs, 1, dir, options)
 }
 
-/// Float64 columns of one of the twin's truth files.
-fn truth_columns(path: &std::path::Path, names: &[&str]) -> Vec<Vec<f64>> {
-    let file = std::fs::File::open(path).unwrap();
-    let mut out = vec![Vec::new(); names.len()];
-    for b in arrow_ipc::reader::StreamReader::try_new(file, None).unwrap() {
-        let b = b.unwrap();
-        for (o, n) in out.iter_mut().zip(names) {
-            let c = b.column_by_name(n).unwrap();
-            let c = c
-                .as_any()
-                .downcast_ref::<arrow_array::Float64Array>()
-                .unwrap();
-            o.extend(c.values().iter().copied());
-        }
-    }
-    out
-}
-
 #[test]
 fn the_loggers_stitched_profile_is_the_true_power_through_the_loggers_response() {
     let loaded = railtrace_twin::default_scenario();
@@ -211,7 +193,7 @@ fn the_loggers_stitched_profile_is_the_true_power_through_the_loggers_response()
                           // through the logger's true response, before its gain, offset and quantisation) at
                           // its true instant, stitched onto the true executions of the dominant duration cluster.
     let truth = dir.join("truth");
-    let e = truth_columns(
+    let e = f64_columns(
         &truth.join("executions.arrow"),
         &["launch_s", "start_s", "end_s"],
     );
@@ -230,7 +212,7 @@ fn the_loggers_stitched_profile_is_the_true_power_through_the_loggers_response()
     for &i in &c.dominant().unwrap().indices {
         kept[i] = true;
     }
-    let l = truth_columns(&truth.join("logger.arrow"), &["true_time_s", "response_w"]);
+    let l = f64_columns(&truth.join("logger.arrow"), &["true_time_s", "response_w"]);
     let readings: Vec<Reading> = l[0]
         .iter()
         .zip(&l[1])
@@ -268,7 +250,7 @@ fn the_loggers_stitched_profile_is_the_true_power_through_the_loggers_response()
     // The default kernel's durations are bimodal (85 % at 1.0, 15 % at 1.08, 1 % spread,
     // and rare outliers; every single execution is a first one, ×1.3): the clustering
     // keeps the dominant mode's runs. The truth's time factor tells each run's mode.
-    let f = truth_columns(&truth.join("executions.arrow"), &["time_factor"]);
+    let f = f64_columns(&truth.join("executions.arrow"), &["time_factor"]);
     let dominant: Vec<bool> = f[0][n - first..].iter().map(|t| t / 1.3 < 1.04).collect();
     let kept: Vec<bool> = a.executions.iter().map(|e| e.kept).collect();
     let precision = |keep: &dyn Fn(usize) -> bool| {
@@ -293,7 +275,7 @@ fn sse_and_ssp_energies_per_execution_are_the_twins_within_3_percent() {
     // Trains of 60 back to back (12 ms): the power settles over the first ~9 ms (τ 3 ms).
     let (a, twin, _) = run_trains(&loaded, 25, 60, &dir, &Options::default());
     twin.stop().unwrap();
-    let e = truth_columns(&dir.join("truth/executions.arrow"), &["energy_j"]);
+    let e = f64_columns(&dir.join("truth/executions.arrow"), &["energy_j"]);
     let truth = &e[0][e[0].len() - a.executions.len()..];
     let tau = a
         .settling_tau_s

@@ -31,3 +31,21 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// Float64 columns `names` of an Arrow IPC stream file, every batch's rows in order.
+pub fn f64_columns(path: &std::path::Path, names: &[&str]) -> Vec<Vec<f64>> {
+    let file = std::fs::File::open(path).unwrap();
+    let mut out = vec![Vec::new(); names.len()];
+    for b in arrow_ipc::reader::StreamReader::try_new(file, None).unwrap() {
+        let b = b.unwrap();
+        for (o, n) in out.iter_mut().zip(names) {
+            let c = b.column_by_name(n).unwrap();
+            let c = c
+                .as_any()
+                .downcast_ref::<arrow_array::Float64Array>()
+                .unwrap();
+            o.extend(c.values().iter().copied());
+        }
+    }
+    out
+}
