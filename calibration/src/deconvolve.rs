@@ -381,9 +381,14 @@ impl Profile {
                 .map(|b| if b.n > 0 { b.mean_w } else { f64::NAN })
                 .collect(),
             se_w: Some(floored_se(bins)),
-            exact: bins.iter().map(|b| b.n >= 2 && b.std_w == 0.0).collect(),
+            exact: bins.iter().map(repeats_one_reading).collect(),
         })
     }
+}
+
+/// Whether a bin's two or more readings are all one value ([`Profile::exact`]).
+fn repeats_one_reading(b: &ProfileBin) -> bool {
+    b.n >= 2 && b.std_w == 0.0
 }
 
 /// [`pooled_se`], floored at `q/√12` in the bins whose readings do not scatter (one
@@ -396,7 +401,7 @@ fn floored_se(bins: &[ProfileBin]) -> Vec<f64> {
     if let Some(q) = quantum(bins) {
         let floor = q / 12f64.sqrt();
         for (s, b) in se.iter_mut().zip(bins) {
-            if b.n == 1 || (b.n >= 2 && b.std_w == 0.0) {
+            if b.n == 1 || repeats_one_reading(b) {
                 *s = if s.is_finite() { s.max(floor) } else { floor };
             }
         }
@@ -409,7 +414,7 @@ fn floored_se(bins: &[ProfileBin]) -> Vec<f64> {
 /// distinct ones all lie on multiples of their smallest spacing, that spacing is it.
 fn quantum(bins: &[ProfileBin]) -> Option<f64> {
     let mut exact: Vec<f64> = (bins.iter())
-        .filter(|b| b.n >= 2 && b.std_w == 0.0 && b.mean_w.is_finite())
+        .filter(|b| repeats_one_reading(b) && b.mean_w.is_finite())
         .map(|b| b.mean_w)
         .collect();
     exact.sort_by(f64::total_cmp);
@@ -1757,7 +1762,8 @@ fn choose(model: &Model, c: &[f64], options: &Options, has_se: bool) -> Chosen {
 // Public entry points
 // ---------------------------------------------------------------------------------------
 
-/// Output cells: global indices `c_start..c_free + n`.
+/// Output cells: global indices `c_start..c_free + nr` (every row's cell; those from
+/// `c_free + n` on hold the idle level).
 fn cells(model: &Model) -> (i64, Vec<f64>) {
     let c_start = model.c_free.min(0);
     let c_end = model.c_free + model.nr as i64;

@@ -192,8 +192,9 @@ pub fn correct(
 /// `spread` (s, their standard deviation) about their mean: the longer ones put energy
 /// past the mean end, the shorter ones end their lag's tail before it, which cancel to
 /// first order while the spread is within the lag (beyond, the excess is about
-/// `(0.4·spread + lag/2)·step`), so the lag is taken only there. `None` where the profile cannot tell (no idle after the kernel's tail, no
-/// step at its end, a lag outside `[0, duration/2]`, or a spread that blurs it).
+/// `(0.4·spread + lag/2)·step`), so the lag is taken only there. `None` where the
+/// profile cannot tell (no idle after the kernel's tail, no step at its end, a lag
+/// outside `[0, duration/2]`, or a spread that blurs it).
 fn reference_lag(rig: &[Point], duration: f64, spread: f64) -> Option<f64> {
     let with = |p: &&Point| p.n > 0 && p.mean_w.is_finite();
     let last = rig.iter().filter(with).rfind(|p| p.hi_s <= duration)?;
