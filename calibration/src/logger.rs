@@ -375,6 +375,8 @@ impl Reference {
                 let (a, b) = self.cell_line(n - 2, c);
                 self.e[n - 1] + (x - end) * (a + b * c)
             } else {
+                // `h·(a + b·h/2)` of the cell's line `(a, b)`, written without divisions:
+                // with `u = h/c`, `u·ΔE − tilt·h·(1 − u)`.
                 let i = self.locate(x);
                 let h = x - i as f64 * c;
                 let (a, b) = self.cell_line(i, c);
@@ -659,8 +661,8 @@ pub struct LowPass<'a> {
     tau_s: f64,
     /// State at each sample (at every [`LP_CHECK`]-th node of a lattice, and the last).
     y: Vec<f64>,
-    /// A lattice's decay over one cell, `exp(−cell/τ)`.
-    decay: f64,
+    /// A lattice's step over one cell (`None` for samples).
+    step: Option<CellStep>,
 }
 
 /// A lattice's low pass keeps its state every this many nodes.
@@ -668,37 +670,56 @@ const LP_CHECK: usize = 16;
 
 /// One exact step of `τ·y' = a + b·s − y` over `s ∈ [0, h]` from `y0`.
 fn lp_step(y0: f64, a: f64, b: f64, h: f64, tau: f64) -> f64 {
-    let e = (-h / tau).exp();
     let om = -(-h / tau).exp_m1();
-    y0 * e + a * om + b * (h - tau * om)
+    y0 * (1.0 - om) + a * om + b * (h - tau * om)
 }
 
-/// [`lp_step`] over one whole lattice cell of line `(a, b)`, its decay `exp(−cell/τ)`
-/// given.
-fn lattice_step(y0: f64, (a, b): (f64, f64), cell: f64, tau: f64, decay: f64) -> f64 {
-    let om = 1.0 - decay;
-    y0 * decay + a * om + b * (cell - tau * om)
+/// [`lp_step`] over whole lattice cells, its constants for one cell width and `τ` kept:
+/// over cell `i` of a lattice (its energy `ΔE` and tilt), the step
+/// `y·decay + a·(1 − decay) + b·(cell − τ·(1 − decay))` of the cell's line
+/// `(a, b) = (ΔE/cell − tilt, 2·tilt/cell)` is `y·decay + α·ΔE + κ·tilt`.
+#[derive(Debug, Clone, Copy)]
+struct CellStep {
+    decay: f64,
+    alpha: f64,
+    kappa: f64,
+}
+
+impl CellStep {
+    fn new(cell: f64, tau: f64) -> Self {
+        let om = -(-cell / tau).exp_m1();
+        CellStep {
+            decay: 1.0 - om,
+            alpha: om / cell,
+            kappa: 2.0 - om - 2.0 * tau * om / cell,
+        }
+    }
+
+    /// The state after lattice cell `i` of `r`, from `y0` at its start.
+    fn over(&self, y0: f64, r: &Reference, i: usize) -> f64 {
+        y0 * self.decay + self.alpha * (r.e[i + 1] - r.e[i]) + self.kappa * f64::from(r.tilt[i])
+    }
 }
 
 impl<'a> LowPass<'a> {
     fn new(reference: &'a Reference, tau_s: f64) -> Self {
         if let Some(c) = reference.cell_s {
             let n = reference.e.len();
-            let decay = (-c / tau_s).exp();
+            let step = CellStep::new(c, tau_s);
             let mut y = Vec::with_capacity(n / LP_CHECK + 2);
             let mut state = reference.cell_line(0, c).0;
             for i in 0..n - 1 {
                 if i % LP_CHECK == 0 {
                     y.push(state);
                 }
-                state = lattice_step(state, reference.cell_line(i, c), c, tau_s, decay);
+                state = step.over(state, reference, i);
             }
             y.push(state);
             return LowPass {
                 reference,
                 tau_s,
                 y,
-                decay,
+                step: Some(step),
             };
         }
         let (t, p) = (&reference.t, &reference.p);
@@ -714,7 +735,7 @@ impl<'a> LowPass<'a> {
             reference,
             tau_s,
             y,
-            decay: f64::NAN,
+            step: None,
         }
     }
 
@@ -730,7 +751,7 @@ impl<'a> LowPass<'a> {
 
     fn at_rel(&self, x: f64) -> f64 {
         let r = self.reference;
-        if let Some(c) = r.cell_s {
+        if let (Some(c), Some(step)) = (r.cell_s, self.step) {
             let n = r.e.len();
             if x <= 0.0 {
                 return r.cell_line(0, c).0;
@@ -745,7 +766,7 @@ impl<'a> LowPass<'a> {
             let from = i / LP_CHECK * LP_CHECK;
             let mut state = self.y[i / LP_CHECK];
             for j in from..i {
-                state = lattice_step(state, r.cell_line(j, c), c, self.tau_s, self.decay);
+                state = step.over(state, r, j);
             }
             let (a, b) = r.cell_line(i, c);
             return lp_step(state, a, b, x - i as f64 * c, self.tau_s);
@@ -1921,7 +1942,11 @@ fn refine(
     steps: Vec<f64>,
 ) -> Optimum {
     let reference = engine.reference;
-    let (mut x, mut ev) = (x0.clone(), engine.evaluate_at(kind, &x0));
+    // The response at `x` is kept with its fit: building an exponential's low pass is a
+    // pass over the whole reference, and each step below needs it again.
+    let mut feat = feat_for(reference, kind, unpack(kind, &x0).2);
+    let (t0, phi0, _) = unpack(kind, &x0);
+    let (mut x, mut ev) = (x0.clone(), engine.evaluate(t0, phi0, &feat));
     let dim = x.len();
     let h_u = (2.0 * reference.resolution_s()).max(1e-6 * x[0]);
     for _ in 0..4 {
@@ -1936,15 +1961,13 @@ fn refine(
             .max()
             .unwrap_or(1)
             .max(1) as f64;
-        // The response at `x` is kept with its fit: building an exponential's low pass
-        // is a pass over the whole reference, and the Jacobian below needs it again.
-        let rss_at = |x: &[f64]| {
-            let feat = feat_for(reference, kind, unpack(kind, x).2);
+        let line_at = |x: &[f64], feat| {
             let f = features(engine, kind, x, &feat, &ks);
             let (g, off, rss) = weighted_line(&f, &y, &c);
             (f, g, off, rss, feat)
         };
-        let (mut xi, mut cur) = (x.clone(), rss_at(&x));
+        let rss_at = |x: &[f64]| line_at(x, feat_for(reference, kind, unpack(kind, x).2));
+        let (mut xi, mut cur) = (x.clone(), line_at(&x, feat));
         let mut lambda = 1e-3;
         for _ in 0..8 {
             let (f0, g, off, rss0) = (&cur.0, cur.1, cur.2, cur.3);
@@ -2019,13 +2042,15 @@ fn refine(
                 break;
             }
         }
-        let next = engine.evaluate_at(kind, &xi);
+        let (ti, phi_i, _) = unpack(kind, &xi);
+        let next = engine.evaluate(ti, phi_i, &cur.4);
         if next.rss.partial_cmp(&ev.rss) != Some(std::cmp::Ordering::Less) {
             break;
         }
         let small = next.rss > ev.rss * (1.0 - 1e-9);
         x = xi;
         ev = next;
+        feat = cur.4;
         if small {
             break;
         }
