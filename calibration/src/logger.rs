@@ -1090,6 +1090,75 @@ impl FamilyFit {
         }
     }
 
+    /// Why this fit does not identify the logger, if it does not: a parameter the
+    /// readings leave undetermined (its standard error a large fraction of its value, or
+    /// none computable), at an end of the range searched, or outside what a power sensor
+    /// can be. `mean_reading_w` is the mean of the readings fitted. Empty for a fit whose
+    /// parameters mean what they say.
+    ///
+    /// The physical bounds: a GPU's power sensor reads its shunts to within a few percent
+    /// of scale and a few watts of zero (the published studies find gains of 0.9-1.1 and
+    /// offsets of a few W), so a gain outside [`GAIN_RANGE`] or an offset beyond a fifth
+    /// of the mean reading is a shape that does not describe the logger, compensated by
+    /// scale. A standard error above a quarter of the gain, half of a window or time
+    /// constant, or a whole update period of the delay leaves the parameter undetermined.
+    pub fn doubts(&self, mean_reading_w: f64) -> Vec<String> {
+        let mut out = Vec::new();
+        let g = self.gain;
+        let ses = [self.period_s.se, self.delay_s.se, g.se, self.offset_w.se];
+        if ses.iter().any(|s| !s.is_finite()) {
+            out.push(
+                "its standard errors could not be computed (the fit's curvature is singular)"
+                    .into(),
+            );
+        }
+        if !(GAIN_RANGE.0..=GAIN_RANGE.1).contains(&g.value) {
+            out.push(format!(
+                "gain {:.3} is outside {}-{}, where a power sensor's scale lies",
+                g.value, GAIN_RANGE.0, GAIN_RANGE.1
+            ));
+        } else if g.se > 0.25 * g.value.abs() {
+            out.push(format!(
+                "gain {:.3} ± {:.3} is not determined by the readings",
+                g.value, g.se
+            ));
+        }
+        if mean_reading_w.is_finite() && self.offset_w.value.abs() > 0.2 * mean_reading_w.abs() {
+            out.push(format!(
+                "offset {:.1} W is more than a fifth of the mean reading ({:.1} W)",
+                self.offset_w.value, mean_reading_w
+            ));
+        }
+        let shape = match &self.shape {
+            Shape::Box { window_s } if window_s.value != self.period_s.value => {
+                Some(("window", *window_s))
+            }
+            Shape::Partial { window_s } => Some(("window", *window_s)),
+            Shape::Exponential { tau_s } => Some(("time constant", *tau_s)),
+            _ => None,
+        };
+        if let Some((name, e)) = shape {
+            if e.se.is_nan() || e.se > 0.5 * e.value {
+                out.push(format!(
+                    "{name} {:.3} ± {:.3} ms is not determined by the readings",
+                    e.value * 1e3,
+                    e.se * 1e3
+                ));
+            }
+        }
+        if self.delay_s.se > self.period_s.value {
+            out.push(format!(
+                "delay {:.3} ± {:.3} ms is not determined to within an update period",
+                self.delay_s.value * 1e3,
+                self.delay_s.se * 1e3
+            ));
+        }
+        if self.at_search_edge {
+            out.push("its delay or shape lies at an end of the range searched".into());
+        }
+        out
+    }
+
     /// The update instant shown by a reading at `t_s`: the latest `phase_s + k·period_s
     /// ≤ t_s − delay_s`.
     pub fn update_for(&self, t_s: f64) -> f64 {
@@ -1139,6 +1208,9 @@ impl FamilyFit {
             .collect()
     }
 }
+
+/// The gains [`FamilyFit::doubts`] accepts as a power sensor's.
+pub const GAIN_RANGE: (f64, f64) = (0.7, 1.3);
 
 /// The identification: every family's fit and the one the criterion picks.
 #[derive(Debug, Clone, PartialEq)]

@@ -167,6 +167,7 @@ fn write_run(dir: &Path, seconds: f64) -> PathBuf {
                 time_s: at,
                 power_w: r,
                 instant_w: None,
+                average_w: None,
                 temperature_c: None,
                 gpu_ticks: Some(gpu_ticks(at)),
                 host_ns: None,

@@ -15,7 +15,7 @@ use railtrace_calibration::stitch::{
 };
 use serde::Serialize;
 
-use crate::recording::{self, Kind, RecordingError, Rows};
+use crate::recording::{self, Kind, LoggerColumn, RecordingError, Rows};
 
 /// Why a run could not be analysed.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +51,8 @@ pub struct Options {
     /// input, s (measured once for a given trigger output; 0 when unknown, which shifts
     /// the device link by that latency).
     pub trigger_latency_s: f64,
+    /// The logger's readings analysed: a column of the logger rows.
+    pub logger_column: LoggerColumn,
 }
 
 impl Default for Options {
@@ -63,6 +65,7 @@ impl Default for Options {
             margin: 0.03,
             settle_s: 10e-3,
             trigger_latency_s: 0.0,
+            logger_column: LoggerColumn::default(),
         }
     }
 }
@@ -357,13 +360,14 @@ pub(crate) fn gpu_view(g: &GpuSide, o: &Options) -> Result<GpuView, AnalysisErro
     })
 }
 
-/// The GPU side of the profile recording at `path`, read a batch at a time.
-fn gpu_side(path: &Path) -> Result<GpuSide, AnalysisError> {
+/// The GPU side of the profile recording at `path`, read a batch at a time, with the
+/// logger's readings of `column` (the rows where it is null left out).
+fn gpu_side(path: &Path, column: LoggerColumn) -> Result<GpuSide, AnalysisError> {
     let r = recording::open(path)?;
     let settings = r.meta.settings.clone().unwrap_or_default();
     let hz = settings["gpu_clock_hz"].as_f64().ok_or_else(|| {
         AnalysisError::Missing(format!(
-            "{}: not a profile (no gpu_clock_hz in its settings)",
+            "{}: not a profile (no gpu_clock_hz in its settings); a recording of a meter beside a GPU's logger is held against it, and its readings corrected, by `railtrace compare RECORDING --logger MODEL`",
             r.path.display()
         ))
     })?;
@@ -406,7 +410,9 @@ fn gpu_side(path: &Path) -> Result<GpuSide, AnalysisError> {
                     s(recv.value(i)),
                 )),
                 Kind::Logger => {
-                    let w = rows.f64("logger_w").value(i);
+                    let Some(w) = Rows::get(rows.f64(column.column()), i) else {
+                        continue;
+                    };
                     let own = Rows::get(rows.f64("own_s"), i);
                     match (Rows::get(ticks, i), Rows::get(recv, i), own) {
                         (Some(t), _, _) => g.logger.push((LoggerStamp::Gpu(t), w)),
@@ -582,7 +588,7 @@ fn pair_edges(driven: &[(bool, f64)], rig: &[(bool, f64, f64)], window: f64) -> 
 /// The executions' durations in the profile recording at `path`, by the GPU's clock, s:
 /// what sets how far after an execution's start its readings are stitched.
 pub fn execution_durations(path: &Path) -> Result<Vec<f64>, AnalysisError> {
-    let g = gpu_side(path)?;
+    let g = gpu_side(path, LoggerColumn::default())?;
     Ok((g.executions.iter())
         .map(|e| e.1.saturating_sub(e.0) as f64 / g.hz)
         .collect())
@@ -595,7 +601,7 @@ pub fn analyse(
     o: &Options,
 ) -> Result<Analysis, AnalysisError> {
     let math = |e: &dyn std::fmt::Display| AnalysisError::Math(e.to_string());
-    let g = gpu_side(profile_path)?;
+    let g = gpu_side(profile_path, o.logger_column)?;
     if g.executions.is_empty() {
         return Err(AnalysisError::Missing(format!(
             "{}: no executions",
@@ -764,7 +770,7 @@ pub fn dvfs_timeline(
     rig_path: &Path,
     o: &Options,
 ) -> Result<DvfsTimeline, AnalysisError> {
-    let g = gpu_side(run_path)?;
+    let g = gpu_side(run_path, o.logger_column)?;
     let (device, rig_t, rig_w) = rig_on_host(&g, rig_path, o)?;
     Ok(DvfsTimeline {
         requests: g.dvfs,
@@ -809,7 +815,7 @@ pub fn reduced_timeline(
     let math = |e: &dyn std::fmt::Display| AnalysisError::Math(format!("the rig's samples: {e}"));
     let reader = rig_reader(rig_path, true)?;
     let rate_hz = (reader.meta.settings.as_ref()).and_then(|s| s["sample_rate_hz"].as_f64());
-    let g = gpu_side(profile_path)?;
+    let g = gpu_side(profile_path, o.logger_column)?;
     let gpu = gpu_link(&g, o)?;
     let (logger_t, logger_w): (Vec<f64>, Vec<f64>) = logger_readings(&g, &gpu)
         .iter()

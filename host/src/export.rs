@@ -395,7 +395,7 @@ fn line_name(line: u8) -> String {
 }
 
 /// The columns the Perfetto trace is made of (the rails' watts are added).
-const PERFETTO_COLUMNS: [&str; 13] = [
+const PERFETTO_COLUMNS: [&str; 14] = [
     "time_s",
     "kernel",
     "train",
@@ -409,6 +409,7 @@ const PERFETTO_COLUMNS: [&str; 13] = [
     "logger_w",
     "logger_instant_w",
     "logger_temp_c",
+    "logger_average_w",
 ];
 
 fn write_perfetto(rec: &impl Source, opts: &Options, file: File) -> Result<Written, BoxError> {
@@ -450,6 +451,7 @@ fn write_perfetto(rec: &impl Source, opts: &Options, file: File) -> Result<Writt
     names.push(json_str("total"));
     let (logger, logger_instant) = (json_str("GPU logger"), json_str("GPU logger instant"));
     let logger_temp = json_str("GPU logger temperature");
+    let logger_average = json_str("GPU logger average");
     let bin_ns = opts.bin_us.saturating_mul(1000) as i64;
     let mut bin = Bin {
         key: None,
@@ -564,6 +566,9 @@ fn write_perfetto(rec: &impl Source, opts: &Options, file: File) -> Result<Writt
                     }
                     if let Some(w) = Rows::get(r.f64("logger_instant_w"), i) {
                         t.counter(&logger_instant, ts, w)?;
+                    }
+                    if let Some(w) = Rows::get(r.f64("logger_average_w"), i) {
+                        t.counter(&logger_average, ts, w)?;
                     }
                     if let Some(c) = Rows::get(r.f64("logger_temp_c"), i) {
                         t.counter_in(&logger_temp, "degC", ts, c)?;

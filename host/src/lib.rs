@@ -10,6 +10,7 @@ pub mod gpu;
 pub mod import;
 pub mod logger_model;
 pub mod model;
+pub mod paired;
 pub mod plot;
 pub mod profile;
 pub mod recording;

@@ -12,7 +12,12 @@
 //!   u − i·spacing]` with `spacing = response_spacing_s` (the weights integrate to 1).
 //!
 //! Every parameter has its standard error beside it (`*_se`); `bic` lists the criterion
-//! of each family tried (the lowest wins), `residual_rms_w` the fit's residual.
+//! of each family tried (the lowest wins), `residual_rms_w` the fit's residual;
+//! `[[families]]` every family's parameters as `[value, standard error]`. A model whose
+//! parameters the readings do not determine, or that no power sensor could have, lists
+//! why in `doubts` (absent when there are none): such a model is not a calibration.
+//! `provenance` names the input, the logger's column fitted (`column`) and a period
+//! given instead of estimated (`period_given_s`).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -39,6 +44,18 @@ pub struct Provenance {
     pub created_utc: String,
     /// The railtrace that made it.
     pub railtrace: String,
+    /// The logger's readings fitted: the recording's column (`logger_w`,
+    /// `logger_instant_w`, `logger_average_w`).
+    #[serde(default = "default_column")]
+    pub column: String,
+    /// The update period the identification was given instead of estimating it, s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub period_given_s: Option<f64>,
+}
+
+/// The column of a model written before models named theirs.
+fn default_column() -> String {
+    "logger_w".into()
 }
 
 /// An identified logger model.
@@ -91,15 +108,75 @@ pub struct LoggerModel {
     pub residual_rms_w: f64,
     /// Readings used.
     pub readings: usize,
+    /// Why this model does not identify the logger (see [`FamilyFit::doubts`]); empty
+    /// for a model whose figures mean what they say.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub doubts: Vec<String>,
     /// The criterion of each family tried (BIC; the lowest is the family chosen).
     pub bic: BTreeMap<String, f64>,
+    /// Every family's fit, the chosen one among them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub families: Vec<FamilySummary>,
     /// Where it came from.
     pub provenance: Provenance,
 }
 
+/// One family's fit, as a model file lists it beside the chosen one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FamilySummary {
+    /// `box`, `partial`, `exponential` or `response`.
+    pub family: String,
+    /// Its criterion (BIC).
+    pub bic: f64,
+    /// RMS of the readings' residuals, W.
+    pub residual_rms_w: f64,
+    /// Update period and its standard error, s.
+    pub period_s: [f64; 2],
+    /// Delay and its standard error, s.
+    pub delay_s: [f64; 2],
+    /// Window width and its standard error (box, partial), s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_s: Option<[f64; 2]>,
+    /// Time constant and its standard error (exponential), s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tau_s: Option<[f64; 2]>,
+    /// Gain and its standard error.
+    pub gain: [f64; 2],
+    /// Offset and its standard error, W.
+    pub offset_w: [f64; 2],
+    /// Why it does not identify the logger; empty if it does.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub doubts: Vec<String>,
+}
+
+impl FamilySummary {
+    fn new(f: &FamilyFit, mean_reading_w: f64) -> FamilySummary {
+        let pair = |e: railtrace_calibration::logger::Estimate| [e.value, e.se];
+        FamilySummary {
+            family: f.family().name().into(),
+            bic: f.bic,
+            residual_rms_w: f.rms_w,
+            period_s: pair(f.period_s),
+            delay_s: pair(f.delay_s),
+            window_s: f.window_s().map(pair),
+            tau_s: f.tau_s().map(pair),
+            gain: pair(f.gain),
+            offset_w: pair(f.offset_w),
+            doubts: f.doubts(mean_reading_w),
+        }
+    }
+}
+
 impl LoggerModel {
-    /// The model of `fit`, one of `ident`'s fits.
-    pub fn new(ident: &Identification, fit: &FamilyFit, provenance: Provenance) -> LoggerModel {
+    /// The model of `fit`, one of `ident`'s fits, whose readings averaged
+    /// `mean_reading_w`.
+    pub fn new(
+        ident: &Identification,
+        fit: &FamilyFit,
+        mean_reading_w: f64,
+        provenance: Provenance,
+    ) -> LoggerModel {
         let (window, tau, spacing, response) = match &fit.shape {
             Shape::Box { window_s } | Shape::Partial { window_s } => {
                 (Some(*window_s), None, None, None)
@@ -130,10 +207,14 @@ impl LoggerModel {
             offset_se_w: fit.offset_w.se,
             residual_rms_w: fit.rms_w,
             readings: fit.readings,
+            doubts: fit.doubts(mean_reading_w),
             bic: ident
                 .fits
                 .iter()
                 .map(|f| (f.family().name().to_string(), f.bic))
+                .collect(),
+            families: (ident.fits.iter())
+                .map(|f| FamilySummary::new(f, mean_reading_w))
                 .collect(),
             provenance,
         }
@@ -273,7 +354,7 @@ impl LoggerModel {
 mod tests {
     use super::*;
 
-    const SHIPPED: &str = include_str!("../../calibration/loggers/a100-pcie-40gb-step.toml");
+    const SHIPPED: &str = include_str!("../../calibration/loggers/a100-step.toml");
 
     /// Reads `text` as a model file; the error's words.
     fn read_text(name: &str, text: &str) -> Result<LoggerModel, String> {
@@ -285,6 +366,32 @@ mod tests {
         let r = LoggerModel::read(&p).map_err(|e| e.to_string());
         let _ = std::fs::remove_file(&p);
         r
+    }
+
+    #[test]
+    fn every_family_its_doubts_and_the_column_survive_the_file() {
+        let mut m = read_text("shipped-again", SHIPPED).unwrap();
+        assert_eq!(
+            m.provenance.column, "logger_w",
+            "a model from before columns"
+        );
+        m.provenance.column = "logger_instant_w".into();
+        m.provenance.period_given_s = Some(0.1);
+        m.doubts = vec!["gain 1.409 is outside 0.7-1.3".into()];
+        m.families = vec![FamilySummary {
+            family: "partial".into(),
+            bic: -349.4,
+            residual_rms_w: 0.215,
+            period_s: [0.101, 1e-5],
+            delay_s: [-5e-4, 9e-4],
+            window_s: Some([0.032, 8.7e-4]),
+            tau_s: None,
+            gain: [0.958, 4e-4],
+            offset_w: [-2.17, 0.05],
+            doubts: vec!["its delay or shape lies at an end of the range searched".into()],
+        }];
+        let text = toml::to_string(&m).unwrap();
+        assert_eq!(read_text("families", &text).unwrap(), m);
     }
 
     #[test]

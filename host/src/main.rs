@@ -36,6 +36,12 @@ enum Command {
     Calibrate(cmd::calibrate::Args),
     /// Undoes the GPU logger's response in a profiling run's stitched profile.
     Correct(cmd::correct::Args),
+    /// A GPU's logger against the reference meter of a paired run: update period, rise
+    /// time, delay, steady-state error and energy error.
+    Compare(cmd::compare::Args),
+    /// Every paired run under some folders: each logger column calibrated and compared
+    /// with the meter, step-run models cross-validated; one table.
+    Survey(cmd::survey::Args),
     /// The whole job on the twin: profile, calibrate the logger from the rig, correct, and
     /// score it all against the twin's truth (a table, an HTML report, the exports).
     Demo(cmd::demo::Args),
@@ -61,6 +67,8 @@ fn main() {
         Command::Report(args) => cmd::report::run(args),
         Command::Calibrate(args) => cmd::calibrate::run(args),
         Command::Correct(args) => cmd::correct::run(args),
+        Command::Compare(args) => cmd::compare::run(args),
+        Command::Survey(args) => cmd::survey::run(args),
         Command::Demo(args) => cmd::demo::run(args),
         Command::Dvfs(args) => cmd::dvfs::run(args),
         Command::Model(args) => cmd::model::run(args),

@@ -195,6 +195,7 @@ impl Out {
                 },
                 power_w: r.power_w,
                 instant_w: r.instant_w,
+                average_w: None,
                 temperature_c: r.temperature_c,
                 gpu_ticks,
                 host_ns,

@@ -45,7 +45,7 @@ use serde::{Deserialize, Serialize};
 /// The value of the metadata key `railtrace.format`.
 pub const FORMAT: &str = "railtrace-recording";
 /// The format version this code writes and reads.
-pub const FORMAT_VERSION: u32 = 5;
+pub const FORMAT_VERSION: u32 = 6;
 
 /// The oldest format version this railtrace reads. Version 3 lacks only the
 /// `logger_temp_c` column ([`LOGGER_TEMP_SINCE`]), which reads as null; version 2 also
@@ -54,6 +54,9 @@ pub const OLDEST_READABLE: u32 = 2;
 
 /// The first format version with the `logger_temp_c` column.
 pub const LOGGER_TEMP_SINCE: u32 = 4;
+/// The first format version with the `logger_average_w` column (a logger's power
+/// averaged over its longer window, where it reports one beside `logger_w`).
+pub const LOGGER_AVERAGE_SINCE: u32 = 6;
 /// The first format version that may keep samples in `block` rows: one row per run of
 /// consecutive samples, their raw codes in its `codes` list, turned into volts, amperes
 /// and watts by [`Meta::derive`] when read. The reader gives out their sample rows.
@@ -318,6 +321,65 @@ pub enum RecordingError {
     },
 }
 
+/// Which of a logger's readings: a column of the recording's logger rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum LoggerColumn {
+    /// `logger_w`: the power the logger reports (nvidia-smi's `power.draw`).
+    #[default]
+    #[serde(rename = "logger_w")]
+    Power,
+    /// `logger_instant_w`: its instantaneous power (`power.draw.instant`).
+    #[serde(rename = "logger_instant_w")]
+    Instant,
+    /// `logger_average_w`: its power averaged over a longer window (`power.draw.average`).
+    #[serde(rename = "logger_average_w")]
+    Average,
+}
+
+impl LoggerColumn {
+    /// Every column, in the recording's order.
+    pub const ALL: [LoggerColumn; 3] = [Self::Power, Self::Instant, Self::Average];
+
+    /// The recording's column.
+    pub fn column(self) -> &'static str {
+        match self {
+            Self::Power => "logger_w",
+            Self::Instant => "logger_instant_w",
+            Self::Average => "logger_average_w",
+        }
+    }
+
+    /// nvidia-smi's name of the same reading.
+    pub fn smi_name(self) -> &'static str {
+        match self {
+            Self::Power => "power.draw",
+            Self::Instant => "power.draw.instant",
+            Self::Average => "power.draw.average",
+        }
+    }
+}
+
+impl std::fmt::Display for LoggerColumn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.smi_name(), self.column())
+    }
+}
+
+impl std::str::FromStr for LoggerColumn {
+    type Err = String;
+
+    /// nvidia-smi's name or the recording's (`power.draw.instant` or `logger_instant_w`).
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|c| s == c.smi_name() || s == c.column())
+            .ok_or_else(|| {
+                let names: Vec<String> = Self::ALL.iter().map(ToString::to_string).collect();
+                format!("{s:?} is not a logger column; one of {}", names.join(", "))
+            })
+    }
+}
+
 fn unit_field(name: &str, data_type: DataType, unit: &str) -> Field {
     let f = Field::new(name, data_type, true);
     if unit.is_empty() {
@@ -391,6 +453,9 @@ fn columns(meta: &Meta, blocks: bool, summaries: bool) -> Schema {
     ]);
     if meta.version >= LOGGER_TEMP_SINCE {
         fields.push(unit_field("logger_temp_c", D::Float64, "degC"));
+    }
+    if meta.version >= LOGGER_AVERAGE_SINCE {
+        fields.push(unit_field("logger_average_w", D::Float64, "W"));
     }
     fields.extend([
         unit_field("text", D::Utf8, ""),
@@ -477,6 +542,9 @@ pub enum Event {
         power_w: f64,
         /// The instantaneous power, W, where the logger reports one.
         instant_w: Option<f64>,
+        /// The power averaged over a longer window, W, where the logger reports one
+        /// beside `power_w` (nvidia-smi's `power.draw.average`).
+        average_w: Option<f64>,
         /// The GPU's temperature the logger reported with the reading, °C, where it
         /// reports one.
         temperature_c: Option<f64>,
@@ -610,6 +678,7 @@ struct Columns {
     logger_w: Float64Builder,
     logger_instant_w: Float64Builder,
     logger_temp_c: Float64Builder,
+    logger_average_w: Float64Builder,
     text: StringBuilder,
     gpu_ticks: UInt64Builder,
     gpu_end_ticks: UInt64Builder,
@@ -644,6 +713,7 @@ impl Columns {
             logger_w: Float64Builder::new(),
             logger_instant_w: Float64Builder::new(),
             logger_temp_c: Float64Builder::new(),
+            logger_average_w: Float64Builder::new(),
             text: StringBuilder::new(),
             gpu_ticks: UInt64Builder::new(),
             gpu_end_ticks: UInt64Builder::new(),
@@ -718,6 +788,7 @@ impl Columns {
                 time_s,
                 power_w,
                 instant_w,
+                average_w,
                 temperature_c,
                 gpu_ticks,
                 host_ns,
@@ -728,6 +799,7 @@ impl Columns {
                 c.logger_w.at(r).append_value(*power_w);
                 c.logger_instant_w.at(r).append_option(*instant_w);
                 c.logger_temp_c.at(r).append_option(*temperature_c);
+                c.logger_average_w.at(r).append_option(*average_w);
                 c.gpu_ticks.at(r).append_option(*gpu_ticks);
                 c.host_recv_ns.at(r).append_option(*host_ns);
                 c.own_s.at(r).append_option(*own_s);
@@ -816,6 +888,7 @@ impl Columns {
         self.logger_w.at(n);
         self.logger_instant_w.at(n);
         self.logger_temp_c.at(n);
+        self.logger_average_w.at(n);
         self.text.at(n);
         self.gpu_ticks.at(n);
         self.gpu_end_ticks.at(n);
@@ -848,7 +921,7 @@ impl Columns {
         for b in &mut self.codes {
             out.push(Arc::new(b.finish()));
         }
-        out.extend::<[ArrayRef; 11]>([
+        out.extend::<[ArrayRef; 12]>([
             Arc::new(self.line.finish()),
             Arc::new(self.rising.finish()),
             Arc::new(self.count.finish()),
@@ -859,6 +932,7 @@ impl Columns {
             Arc::new(self.logger_w.finish()),
             Arc::new(self.logger_instant_w.finish()),
             Arc::new(self.logger_temp_c.finish()),
+            Arc::new(self.logger_average_w.finish()),
             Arc::new(self.text.finish()),
         ]);
         out.extend::<[ArrayRef; 8]>([
@@ -3200,6 +3274,7 @@ mod tests {
             .map(|i| schema.field(i).name().as_str())
             .enumerate()
             .filter(|(_, n)| !drop.contains(n) && !blocks.contains(n) && !summaries(n))
+            .filter(|(_, n)| version >= LOGGER_AVERAGE_SINCE || *n != "logger_average_w")
             .map(|(i, _)| i)
             .collect();
         let mut md = schema.metadata().clone();
@@ -3232,6 +3307,7 @@ mod tests {
                 time_s: f64::from(k) * 1e-3,
                 power_w: 300.0 + f64::from(k),
                 instant_w: None,
+                average_w: temperature_c.map(|_| 290.5),
                 temperature_c,
                 gpu_ticks: Some(u64::from(k)),
                 host_ns: None,
@@ -3260,6 +3336,43 @@ mod tests {
         assert_eq!(Rows::get(t, 2), None);
         assert_eq!(Rows::get(t, 0), None, "a sample row");
         assert!(!open(&f.0).unwrap().upgrading());
+    }
+
+    #[test]
+    fn the_loggers_average_is_kept_and_reads_null_before_version_6() {
+        let f = Temp::new("average");
+        write_with_logger(&f.0);
+        let rec = read(&f.0).unwrap();
+        let field = rec.schema.field_with_name("logger_average_w").unwrap();
+        assert_eq!(field.metadata()["unit"], "W");
+        let at = |name: &str| rec.schema.index_of(name).unwrap();
+        assert_eq!(at("logger_average_w"), at("logger_temp_c") + 1);
+        let rows = Rows::new(&rec.batches[0]);
+        let a = rows.f64(LoggerColumn::Average.column());
+        assert_eq!((Rows::get(a, 1), Rows::get(a, 2)), (Some(290.5), None));
+        // A version 5 file has no such column: read, it is there, all null.
+        let v5 = Temp::new("average-v5");
+        rewrite_as(&f.0, &v5.0, 5, &[]);
+        let rec5 = read(&v5.0).unwrap();
+        assert_eq!(rec5.schema.fields().len(), rec.schema.fields().len());
+        let rows = Rows::new(&rec5.batches[0]);
+        assert_eq!(rows.f64("logger_average_w").null_count(), rows.len());
+        assert_eq!(Rows::get(rows.f64("logger_w"), 1), Some(300.0));
+        // But a version 6 file must have it.
+        let bad = Temp::new("average-missing");
+        rewrite_as(&f.0, &bad.0, 6, &["logger_average_w"]);
+        let e = open(&bad.0).unwrap_err().to_string();
+        assert!(e.contains("its columns are not the ones"), "{e}");
+    }
+
+    #[test]
+    fn logger_columns_are_named_either_way() {
+        for c in LoggerColumn::ALL {
+            assert_eq!(c.smi_name().parse::<LoggerColumn>(), Ok(c));
+            assert_eq!(c.column().parse::<LoggerColumn>(), Ok(c));
+        }
+        let e = "power".parse::<LoggerColumn>().unwrap_err();
+        assert!(e.contains("power.draw.instant (logger_instant_w)"), "{e}");
     }
 
     #[test]
@@ -3326,10 +3439,10 @@ mod tests {
         );
         rewrite_as(&v4.0, &f.0, 4, &[]);
         assert!(open(&f.0).is_ok());
-        rewrite_as(&v4.0, &f.0, 6, &[]);
+        rewrite_as(&v4.0, &f.0, 7, &[]);
         let e = open(&f.0).unwrap_err().to_string();
         assert!(
-            e.contains("recording format version 6; this railtrace reads versions 2 to 5"),
+            e.contains("recording format version 7; this railtrace reads versions 2 to 6"),
             "{e}"
         );
     }

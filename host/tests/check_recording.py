@@ -35,7 +35,7 @@ def main(argv):
     table = ipc.open_stream(path).read_all()
     meta = json.loads(table.schema.metadata[b"railtrace"])
     assert table.schema.metadata[b"railtrace.format"] == b"railtrace-recording"
-    assert meta["version"] == 5, meta
+    assert meta["version"] == 6, meta
     temp = table.schema.field("logger_temp_c")
     assert temp.metadata[b"unit"] == b"degC", temp.metadata
     for rail in meta["rails"]:

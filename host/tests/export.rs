@@ -88,6 +88,7 @@ fn write_recording(path: &Path) -> Recording {
                 time_s: 3e-4,
                 power_w: 42.5,
                 instant_w: Some(40.25),
+                average_w: None,
                 temperature_c: Some(63.5),
                 gpu_ticks: Some(123_456),
                 host_ns: None,
@@ -773,18 +774,19 @@ fn the_command_writes_next_to_the_recording_and_says_why_it_cannot() {
 }
 
 /// Rewrites the recording at `from` into `to` as format 3 wrote it: without
-/// `logger_temp_c`, its metadata saying version 3.
+/// `logger_temp_c` (nor `logger_average_w`), its metadata saying version 3.
 fn rewrite_as_version_3(from: &Path, to: &Path) {
     use arrow_ipc::reader::StreamReader;
     use arrow_ipc::writer::StreamWriter;
     let r =
         StreamReader::try_new(std::io::BufReader::new(File::open(from).unwrap()), None).unwrap();
     let schema = r.schema();
-    // Version 3 had neither the temperature nor the block columns of version 5.
+    // Version 3 had neither the temperature, the block columns of version 5 nor the
+    // average of version 6.
     let keep: Vec<usize> = (0..schema.fields().len())
         .filter(|&i| {
             let name = schema.field(i).name().as_str();
-            !["logger_temp_c", "period_ticks", "codes"].contains(&name)
+            !["logger_temp_c", "period_ticks", "codes", "logger_average_w"].contains(&name)
                 && !name.ends_with("_w_min")
                 && !name.ends_with("_w_max")
         })

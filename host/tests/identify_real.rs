@@ -7,7 +7,11 @@
 //! A100 PCIe 40 GB against the published figures (see `check_a100` for the tolerances and
 //! why). Passes with SKIPPED when the data folder is not there.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
+
+use common::data_root;
 use std::time::Instant;
 
 use railtrace::import::pmd::{guess_utc_offset_h, parse_smi, read_run};
@@ -27,20 +31,6 @@ const RUNS: [(&str, Option<f64>); 7] = [
     ("Transient_Response/A5000_TR", None),
     ("Transient_Response/K40m_TR", None),
 ];
-
-fn data_root() -> Option<PathBuf> {
-    let dir =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/gpu-power-benchmark");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        println!(
-            "SKIPPED: {} is not here (the shared data folder sits beside the repository)",
-            dir.display()
-        );
-        None
-    }
-}
 
 /// One run folder identified.
 struct Run {

@@ -160,6 +160,7 @@ fn write_recording(path: &Path, period: f64, gap: bool, logger: bool) {
                 time_s: t,
                 power_w: if busy { 250.0 } else { 70.0 },
                 instant_w: None,
+                average_w: None,
                 temperature_c: None,
                 gpu_ticks: None,
                 host_ns: None,

@@ -345,13 +345,17 @@ fn correct_undoes_the_twins_box_logger_and_keeps_the_energy() {
         offset_se_w: 0.0,
         residual_rms_w: 0.0,
         readings: 0,
+        doubts: Vec::new(),
         bic: Default::default(),
+        families: Vec::new(),
         provenance: Provenance {
             input: "the scenario".into(),
             reference: String::new(),
             logger: String::new(),
             created_utc: String::new(),
             railtrace: String::new(),
+            column: "logger_w".into(),
+            period_given_s: None,
         },
     };
     let toml = dir.join("logger.toml");

@@ -7,9 +7,9 @@ use anyhow::Context;
 use railtrace::analysis::{reduced_timeline, Options, Reduced, EXACT_SAMPLES};
 use railtrace::logger_model::{LoggerModel, Provenance};
 use railtrace::profile::rig_path;
-use railtrace::recording::{self, iso_utc, Kind, Rows};
+use railtrace::recording::{self, iso_utc, Kind, LoggerColumn, Rows};
 use railtrace_calibration::logger::{
-    identify, period_from_changes, LatticeBuilder, Options as IdentifyOptions,
+    identify, period_from_changes, Family, LatticeBuilder, Options as IdentifyOptions,
 };
 
 /// Identifies things against the rig.
@@ -38,17 +38,52 @@ enum What {
         /// The logger's update period if known, ms (estimated from the readings otherwise).
         #[arg(value_parser = super::period_ms, long)]
         period_ms: Option<f64>,
+        /// The logger's readings to fit: `power.draw` (the default), `power.draw.instant`
+        /// or `power.draw.average`, or the recording's names (`logger_w`,
+        /// `logger_instant_w`, `logger_average_w`).
+        #[arg(long, default_value = "power.draw")]
+        column: LoggerColumn,
+        /// Write this family's fit as the model instead of the one the criterion picks:
+        /// `box`, `partial`, `exponential` or `response`.
+        #[arg(long, value_parser = family)]
+        family: Option<Family>,
         /// Print the model as JSON too.
         #[arg(long)]
         json: bool,
     },
 }
 
-/// Reference samples and logger readings of a recording with both (an import): the
-/// reference kept as its samples, or reduced to a lattice beyond [`EXACT_SAMPLES`].
+/// A family by name.
+fn family(s: &str) -> Result<Family, String> {
+    let all = [
+        Family::Box,
+        Family::Partial,
+        Family::Exponential,
+        Family::Response,
+    ];
+    all.into_iter().find(|f| f.name() == s).ok_or_else(|| {
+        format!("{s:?} is not a logger family; one of box, partial, exponential, response")
+    })
+}
+
+/// What to identify: the readings, the period if known, the family if forced.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Request {
+    /// The logger's update period if known, ms.
+    pub period_ms: Option<f64>,
+    /// The logger's readings to fit.
+    pub column: LoggerColumn,
+    /// The family to write instead of the criterion's choice.
+    pub family: Option<Family>,
+}
+
+/// Reference samples and logger readings (of `column`) of a recording with both (an
+/// import): the reference kept as its samples, or reduced to a lattice beyond
+/// [`EXACT_SAMPLES`].
 fn from_recording(
     path: &Path,
     period_ms: Option<f64>,
+    column: LoggerColumn,
 ) -> anyhow::Result<(Reduced, String, String)> {
     let r = recording::read(path)?;
     let (mut rig_t, mut rig_w, mut logger_t, mut logger_w) = (vec![], vec![], vec![], vec![]);
@@ -56,7 +91,7 @@ fn from_recording(
         let (time, total, logger) = (
             rows.f64("time_s"),
             rows.f32("total_w"),
-            rows.f64("logger_w"),
+            rows.f64(column.column()),
         );
         for i in 0..rows.len() {
             match rows.kind(i) {
@@ -67,8 +102,10 @@ fn from_recording(
                     }
                 }
                 Kind::Logger => {
-                    logger_t.push(time.value(i));
-                    logger_w.push(logger.value(i));
+                    if let Some(w) = Rows::get(logger, i) {
+                        logger_t.push(time.value(i));
+                        logger_w.push(w);
+                    }
                 }
                 _ => {}
             }
@@ -144,11 +181,12 @@ pub struct Calibrated {
 
 /// Identifies the logger of `input` (a profiling run with its rig capture, or a recording
 /// holding both) against the reference.
-pub fn calibrate(
-    input: &Path,
-    rig: Option<PathBuf>,
-    period_ms: Option<f64>,
-) -> anyhow::Result<Calibrated> {
+pub fn calibrate(input: &Path, rig: Option<PathBuf>, req: Request) -> anyhow::Result<Calibrated> {
+    let Request {
+        period_ms,
+        column,
+        family,
+    } = req;
     let head = recording::open_columns(input, &[])?;
     let is_profile = head
         .meta
@@ -168,7 +206,10 @@ pub fn calibrate(
         let reduced = reduced_timeline(
             input,
             &rig,
-            &Options::default(),
+            &Options {
+                logger_column: column,
+                ..Options::default()
+            },
             |t, w, rate| cell_for(t, w, period_ms, rate.map(|r| 1.0 / r)),
             |n| bar.set_message(format!("reading the rig's capture: {n} samples")),
         )?;
@@ -178,15 +219,14 @@ pub fn calibrate(
             logger,
         )
     } else {
-        from_recording(input, period_ms)?
+        from_recording(input, period_ms, column)?
     };
     drop(head);
     anyhow::ensure!(
         !t.logger_t.is_empty(),
-        "{}: needs reference samples and logger readings ({} and {} here)",
+        "{}: needs reference samples and logger readings ({} samples here, and no readings of the logger's {column})",
         input.display(),
         t.samples,
-        t.logger_t.len()
     );
     let opts = IdentifyOptions {
         period_s: period_ms.map(|p| p * 1e-3),
@@ -202,15 +242,25 @@ pub fn calibrate(
         .map_err(|e| anyhow::anyhow!("{}: {e}", input.display()))
         .context("the logger could not be identified")?;
     bar.finish_and_clear();
+    let fit = match family {
+        Some(f) => ident
+            .fit(f)
+            .with_context(|| format!("{}: no {f} fit to write", input.display()))?,
+        None => ident.best(),
+    };
+    let mean_w = t.logger_w.iter().sum::<f64>() / t.logger_w.len() as f64;
     let model = LoggerModel::new(
         &ident,
-        ident.best(),
+        fit,
+        mean_w,
         Provenance {
             input: input.display().to_string(),
             reference,
             logger,
             created_utc: iso_utc(railtrace::gpu::host_now_ns()),
             railtrace: env!("CARGO_PKG_VERSION").into(),
+            column: column.column().into(),
+            period_given_s: period_ms.map(|p| p * 1e-3),
         },
     );
     Ok(Calibrated {
@@ -228,9 +278,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         rig,
         output,
         period_ms,
+        column,
+        family,
         json,
     } = args.what;
-    let c = calibrate(&input, rig, period_ms)?;
+    let req = Request {
+        period_ms,
+        column,
+        family,
+    };
+    let c = calibrate(&input, rig, req)?;
     c.model.write(&output)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&c.model)?);
@@ -242,41 +299,85 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 /// The identification's summary, on stderr.
 pub fn print(c: &Calibrated, output: &Path) {
     let (ident, model) = (&c.ident, &c.model);
-    let best = ident.best();
-    let ms = |s: f64| s * 1e3;
+    let best = ident.best().family().name();
+    let ms = |v: [f64; 2]| format!("{:.3} ± {:.3}", v[0] * 1e3, v[1] * 1e3);
     eprintln!(
-        "railtrace calibrate: {} readings against {} reference samples in {:.1} s",
-        ident.readings_used, c.reference_samples, c.seconds
+        "railtrace calibrate: {} readings of {} against {} reference samples in {:.1} s",
+        ident.readings_used, model.provenance.column, c.reference_samples, c.seconds
     );
-    for f in &ident.fits {
+    eprintln!(
+        "  {:<12} {:>11} {:>9}  {:<18} {:<18} {:<18} {:<17} {:<15}",
+        "family", "BIC", "resid. W", "period ms", "window/τ ms", "delay ms", "gain", "offset W"
+    );
+    for f in &model.families {
+        let mark = match (f.family == best, f.family == model.family) {
+            (true, true) => "  <- chosen",
+            (true, false) => "  (the criterion's choice)",
+            (false, true) => "  <- written (as asked)",
+            _ => "",
+        };
         eprintln!(
-            "  {:<12} BIC {:>10.1}  residual {:.3} W{}",
-            f.family().name(),
+            "  {:<12} {:>11.1} {:>9.3}  {:<18} {:<18} {:<18} {:<17} {:<15}{}{}",
+            f.family,
             f.bic,
-            f.rms_w,
-            if std::ptr::eq(f, best) {
-                "  <- chosen"
-            } else {
+            f.residual_rms_w,
+            ms(f.period_s),
+            f.window_s.or(f.tau_s).map_or("-".into(), ms),
+            ms(f.delay_s),
+            format!("{:.4} ± {:.4}", f.gain[0], f.gain[1]),
+            format!("{:.2} ± {:.2}", f.offset_w[0], f.offset_w[1]),
+            mark,
+            if f.doubts.is_empty() {
                 ""
+            } else {
+                "  not identified"
             }
         );
     }
-    eprintln!(
-        "railtrace calibrate: {} logger: period {:.3} ± {:.3} ms, {}delay {:.3} ± {:.3} ms, gain {:.4} ± {:.4}, offset {:.2} ± {:.2} W -> {}",
-        model.family,
-        ms(model.period_s),
-        ms(model.period_se_s),
+    let figures = format!(
+        "period {} ms, {}delay {} ms, gain {:.4} ± {:.4}, offset {:.2} ± {:.2} W",
+        ms([model.period_s, model.period_se_s]),
         match (model.window_s, model.tau_s) {
-            (Some(w), _) => format!("window {:.3} ± {:.3} ms, ", ms(w), ms(model.window_se_s.unwrap_or(f64::NAN))),
-            (_, Some(tau)) => format!("τ {:.3} ± {:.3} ms, ", ms(tau), ms(model.tau_se_s.unwrap_or(f64::NAN))),
+            (Some(w), _) => format!(
+                "window {} ms, ",
+                ms([w, model.window_se_s.unwrap_or(f64::NAN)])
+            ),
+            (_, Some(tau)) => format!("τ {} ms, ", ms([tau, model.tau_se_s.unwrap_or(f64::NAN)])),
             _ => String::new(),
         },
-        ms(model.delay_s),
-        ms(model.delay_se_s),
+        ms([model.delay_s, model.delay_se_s]),
         model.gain,
         model.gain_se,
         model.offset_w,
         model.offset_se_w,
-        output.display()
     );
+    if model.doubts.is_empty() {
+        eprintln!(
+            "railtrace calibrate: {} logger: {figures} -> {}",
+            model.family,
+            output.display()
+        );
+    } else {
+        eprintln!(
+            "railtrace calibrate: NOT IDENTIFIED: the {} fit ({figures}) does not calibrate this logger:",
+            model.family
+        );
+        for d in &model.doubts {
+            eprintln!("  - {d}");
+        }
+        eprintln!(
+            "railtrace calibrate: written with these doubts to {} (its `doubts`); it is not a calibration",
+            output.display()
+        );
+        let sound: Vec<&str> = (model.families.iter())
+            .filter(|f| f.doubts.is_empty())
+            .map(|f| f.family.as_str())
+            .collect();
+        if let Some(f) = sound.first() {
+            eprintln!(
+                "railtrace calibrate: identified without doubts: {} (--family {f} writes that fit)",
+                sound.join(", ")
+            );
+        }
+    }
 }

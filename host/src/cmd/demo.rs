@@ -223,7 +223,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
     // 2. The logger calibrated from the rig.
     let logger_path = out.join("logger.toml");
-    let cal = calibrate::calibrate(&profile_path, None, args.period_ms)?;
+    let cal = calibrate::calibrate(
+        &profile_path,
+        None,
+        calibrate::Request {
+            period_ms: args.period_ms,
+            ..calibrate::Request::default()
+        },
+    )?;
     cal.model.write(&logger_path)?;
     calibrate::print(&cal, &logger_path);
 

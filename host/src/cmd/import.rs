@@ -1,6 +1,6 @@
 //! `railtrace import pmd DIR`: another instrument's traces as a railtrace recording.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use railtrace::import::pmd;
 
@@ -41,8 +41,23 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         force,
         utc_offset,
     } = args.what;
+    let name = dir
+        .canonicalize()
+        .ok()
+        .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "import".into());
+    let output = output.unwrap_or_else(|| PathBuf::from(format!("{name}.arrow")));
+    railtrace::recording::check_output(&output, force)?;
+    let said = pmd_run(&dir, &output, utc_offset)?;
+    eprintln!("railtrace import: {said}");
+    Ok(())
+}
+
+/// Imports the paired-trace run folder `dir` into the recording `output` (replaced if
+/// there), the UTC offset of its nvidia-smi log given or guessed; what it holds, in words.
+pub fn pmd_run(dir: &Path, output: &Path, utc_offset: Option<f64>) -> anyhow::Result<String> {
     anyhow::ensure!(dir.is_dir(), "{}: no such folder", dir.display());
-    let mut run = pmd::read_run(&dir, 0.0)?;
+    let mut run = pmd::read_run(dir, 0.0)?;
     anyhow::ensure!(
         !run.pmd.time_us.is_empty(),
         "{}: PMD_data.bin holds no records",
@@ -63,16 +78,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for r in &mut run.smi {
         r.time_us -= offset * 3600e6;
     }
-    let name = dir
-        .canonicalize()
-        .ok()
-        .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .unwrap_or_else(|| "import".into());
-    let output = output.unwrap_or_else(|| PathBuf::from(format!("{name}.arrow")));
-    railtrace::recording::check_output(&output, force)?;
     let settings = serde_json::json!({
         "meter": "ElmorLabs PMD, 4 (voltage, current) pairs",
-        "gpu_logger": "nvidia-smi power.draw (logger_w) and power.draw.instant (logger_instant_w), temperature.gpu (logger_temp_c)",
+        "gpu_logger": "nvidia-smi power.draw (logger_w), power.draw.instant (logger_instant_w) and power.draw.average (logger_average_w) where logged, temperature.gpu (logger_temp_c)",
+        "load_edges_listed": run.edges_listed,
         "utc_offset_h": offset,
         "utc_offset": how,
     });
@@ -80,15 +89,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         &run,
         &format!("import pmd {}", dir.display()),
         settings,
-        &output,
+        output,
     )?;
-    eprintln!(
-        "railtrace import: {} meter records, {} nvidia-smi readings (UTC{:+} h, {how}), {} load edges: {rows} rows in {}",
+    Ok(format!(
+        "{} meter records, {} nvidia-smi readings (UTC{:+} h, {how}), {} load edges{}: {rows} rows in {}",
         run.pmd.time_us.len(),
         run.smi.len(),
         offset,
         run.edges_us.len(),
+        if run.edges_listed == run.edges_us.len() {
+            String::new()
+        } else {
+            format!(" ({} listed, repeats counted once)", run.edges_listed)
+        },
         output.display()
-    );
-    Ok(())
+    ))
 }

@@ -1,6 +1,7 @@
 //! One subcommand per file.
 pub mod calibrate;
 pub mod capture;
+pub mod compare;
 pub mod correct;
 pub mod demo;
 pub mod devices;
@@ -13,6 +14,7 @@ pub mod model;
 pub mod plot;
 pub mod profile;
 pub mod report;
+pub mod survey;
 pub mod twin;
 
 /// The longest time an option takes: a month, longer than any bench run.

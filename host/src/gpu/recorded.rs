@@ -93,6 +93,7 @@ mod tests {
                 time_s: f64::from(k) * 0.5,
                 power_w: 100.0 + f64::from(k),
                 instant_w: None,
+                average_w: None,
                 temperature_c,
                 gpu_ticks: None,
                 host_ns,

@@ -121,6 +121,8 @@ pub struct SmiReading {
     pub power_draw_w: f64,
     /// `power.draw.instant [W]`, where logged.
     pub power_instant_w: Option<f64>,
+    /// `power.draw.average [W]`, where logged.
+    pub power_average_w: Option<f64>,
     /// `temperature.gpu` (°C), where logged.
     pub temperature_c: Option<f64>,
 }
@@ -173,6 +175,7 @@ pub fn parse_smi(
     let t_col = col("timestamp").ok_or_else(|| bad(1, "no `timestamp` column".into()))?;
     let p_col = col("power.draw [W]").ok_or_else(|| bad(1, "no `power.draw [W]` column".into()))?;
     let i_col = col("power.draw.instant [W]");
+    let a_col = col("power.draw.average [W]");
     let temp_col = col("temperature.gpu").or_else(|| col("temperature.gpu [C]"));
     let mut out = Vec::new();
     for (n, line) in lines.enumerate() {
@@ -187,11 +190,13 @@ pub fn parse_smi(
             .parse()
             .map_err(|_| bad(n + 2, format!("bad power.draw {:?}", field(p_col))))?;
         let power_instant_w = i_col.and_then(|c| field(c).parse().ok());
+        let power_average_w = a_col.and_then(|c| field(c).parse().ok());
         let temperature_c = temp_col.and_then(|c| field(c).parse().ok());
         out.push(SmiReading {
             time_us,
             power_draw_w,
             power_instant_w,
+            power_average_w,
             temperature_c,
         });
     }
@@ -205,8 +210,11 @@ pub struct PmdRun {
     pub pmd: PmdTrace,
     /// The GPU's own readings.
     pub smi: Vec<SmiReading>,
-    /// The load's edges, µs since the Unix epoch.
+    /// The load's edges, µs since the Unix epoch, each once.
     pub edges_us: Vec<f64>,
+    /// The lines of `timestamps.csv`: the bench lists each edge twice (its start and end
+    /// marks land on the same µs), counted once in `edges_us`.
+    pub edges_listed: usize,
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, ImportError> {
@@ -302,7 +310,15 @@ pub fn read_run(dir: &Path, utc_offset_h: f64) -> Result<PmdRun, ImportError> {
             message: format!("not a time in µs: {line:?}"),
         })?);
     }
-    Ok(PmdRun { pmd, smi, edges_us })
+    let edges_listed = edges_us.len();
+    edges_us.sort_by(f64::total_cmp);
+    edges_us.dedup();
+    Ok(PmdRun {
+        pmd,
+        smi,
+        edges_us,
+        edges_listed,
+    })
 }
 
 /// The UTC offset (hours east, in half hours from -12 h to +14 h) at which the most
@@ -375,6 +391,7 @@ pub fn write_recording(
         time_s: s(r.time_us),
         power_w: r.power_draw_w,
         instant_w: r.power_instant_w,
+        average_w: r.power_average_w,
         temperature_c: r.temperature_c,
         gpu_ticks: None,
         host_ns: Some((r.time_us * 1e3).round() as i64),

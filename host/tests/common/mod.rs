@@ -3,6 +3,22 @@
 
 use std::path::PathBuf;
 
+/// The real paired traces beside the repository (`../shared/data/gpu-power-benchmark`),
+/// or None, saying SKIPPED, when they are not there.
+pub fn data_root() -> Option<PathBuf> {
+    let dir =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/gpu-power-benchmark");
+    if dir.is_dir() {
+        Some(dir)
+    } else {
+        println!(
+            "SKIPPED: {} is not here (the shared data folder sits beside the repository)",
+            dir.display()
+        );
+        None
+    }
+}
+
 /// A fresh directory under the system's temp dir, removed on drop.
 #[derive(Debug)]
 pub struct TempDir(pub PathBuf);

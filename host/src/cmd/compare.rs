@@ -1,0 +1,166 @@
+//! `railtrace compare RUN.arrow`: a GPU's logger against the reference meter of a paired
+//! run, by the published measures, and the energy error raw and through a logger model.
+
+use std::path::PathBuf;
+
+use railtrace::logger_model::LoggerModel;
+use railtrace::paired::{self, Measures};
+use railtrace::recording::LoggerColumn;
+
+/// Compares the GPU's logger with the reference meter over a paired run.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// A recording holding the meter's samples, the logger's readings and the load's
+    /// edges on one timeline (`railtrace import pmd`).
+    input: PathBuf,
+    /// The logger's readings to compare: `power.draw` (the default), `power.draw.instant`
+    /// or `power.draw.average`, or the recording's names.
+    #[arg(long, default_value = "power.draw")]
+    column: LoggerColumn,
+    /// A logger model (`railtrace calibrate logger`) whose gain and offset, inverted, map
+    /// the readings back to power: the energy error is given raw and corrected. A model
+    /// of another run of the same GPU cross-validates it.
+    #[arg(long)]
+    logger: Option<PathBuf>,
+    /// Print the measures as JSON too.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `railtrace compare`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let rec = paired::read(&args.input, args.column)?;
+    let name = args.input.display();
+    anyhow::ensure!(
+        rec.meter_t.len() >= 2,
+        "{name}: needs the meter's samples ({} here)",
+        rec.meter_t.len()
+    );
+    anyhow::ensure!(
+        rec.logger_t.len() >= 2,
+        "{name}: no readings of the logger's {} ({} here)",
+        args.column,
+        rec.logger_t.len()
+    );
+    let model = args
+        .logger
+        .as_ref()
+        .map(|p| LoggerModel::read(p))
+        .transpose()?;
+    if let (Some(m), Some(path)) = (&model, &args.logger) {
+        if m.provenance.column != args.column.column() {
+            eprintln!(
+                "railtrace compare: warning: {} was fitted to {}, applied here to {}",
+                path.display(),
+                m.provenance.column,
+                args.column.column()
+            );
+        }
+        if !m.doubts.is_empty() {
+            eprintln!(
+                "railtrace compare: warning: {} is not a calibration ({})",
+                path.display(),
+                m.doubts.join("; ")
+            );
+        }
+    }
+    let correct = model.as_ref().map(|m| {
+        let (g, c) = (m.gain, m.offset_w);
+        move |w: f64| (w - c) / g
+    });
+    let m = paired::measure(
+        &rec.run(),
+        correct.as_ref().map(|f| f as &dyn Fn(f64) -> f64),
+    );
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&m)?);
+    }
+    print(&m, &args, &rec);
+    Ok(())
+}
+
+fn print(m: &Measures, args: &Args, rec: &paired::Recorded) {
+    let ms = |s: f64| format!("{:.2} ms", s * 1e3);
+    let span = rec.meter_t[rec.meter_t.len() - 1] - rec.meter_t[0];
+    eprintln!(
+        "railtrace compare: {}: {} against the logger's {}: {} samples, {} readings, {} edges over {span:.1} s",
+        args.input.display(),
+        rec.meter,
+        args.column,
+        rec.meter_t.len(),
+        rec.logger_t.len(),
+        rec.edges.len()
+    );
+    match m.period_s {
+        Some([p, se]) => eprintln!("  update period      {:.3} ± {:.3} ms", p * 1e3, se * 1e3),
+        None => eprintln!("  update period      not found (the readings change too seldom)"),
+    }
+    let mut left = Vec::new();
+    if m.steps_unsettled > 0 {
+        left.push(format!(
+            "{} too close to a neighbour for the logger to settle",
+            m.steps_unsettled
+        ));
+    }
+    if m.steps_flat > 0 {
+        left.push(format!(
+            "{} where the power changes by under a tenth",
+            m.steps_flat
+        ));
+    }
+    eprintln!(
+        "  steps              {} measured{}",
+        m.steps.len(),
+        if left.is_empty() {
+            String::new()
+        } else {
+            format!("; edges left out: {}", left.join(", "))
+        }
+    );
+    let per_step = |f: fn(&paired::Step) -> f64| {
+        m.steps
+            .iter()
+            .map(|s| ms(f(s)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if let (Some(rise), Some(delay)) = (m.rise_s, m.delay_s) {
+        eprintln!(
+            "  rise time 10-90 %  {} median (each: {}; the meter's: {}); 0 where one update holds the whole step",
+            ms(rise),
+            per_step(|s| s.logger_rise_s),
+            per_step(|s| s.meter_rise_s)
+        );
+        eprintln!(
+            "  delay              {} median, positive: the logger lags the meter (each: {})",
+            ms(delay),
+            per_step(|s| s.delay_s)
+        );
+    }
+    match &m.steady {
+        Some(l) => eprintln!(
+            "  steady state       reading = {:.4} × meter {:+.2} W, R² {:.5} ({} readings {:.1} s or more after an edge)",
+            l.gradient, l.intercept_w, l.r2, l.points, m.settle_s
+        ),
+        None => eprintln!(
+            "  steady state       no line: {} readings settled {:.1} s after an edge, at one power level",
+            m.steady_readings, m.settle_s
+        ),
+    }
+    if let Some(e) = &m.energy {
+        eprintln!(
+            "  energy             meter {:.1} J, logger {:.1} J over {:.1} s: error {:+.2} %",
+            e.meter_j,
+            e.logger_j,
+            e.to_s - e.from_s,
+            e.error * 100.0
+        );
+        if let (Some(j), Some(err), Some(p)) = (e.corrected_j, e.corrected_error, &args.logger) {
+            eprintln!(
+                "                     corrected by {}: {j:.1} J, error {:+.2} %",
+                p.display(),
+                err * 100.0
+            );
+        }
+    }
+}
