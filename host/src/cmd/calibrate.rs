@@ -302,8 +302,18 @@ pub fn print(c: &Calibrated, output: &Path) {
     let best = ident.best().family().name();
     let ms = |v: [f64; 2]| format!("{:.3} ± {:.3}", v[0] * 1e3, v[1] * 1e3);
     eprintln!(
-        "railtrace calibrate: {} readings of {} against {} reference samples in {:.1} s",
-        ident.readings_used, model.provenance.column, c.reference_samples, c.seconds
+        "railtrace calibrate: {} readings of {} against {} reference samples in {:.1} s{}",
+        ident.readings_used,
+        model.provenance.column,
+        c.reference_samples,
+        c.seconds,
+        model
+            .provenance
+            .period_given_s
+            .map_or(String::new(), |p| format!(
+                " (the period given: {:.3} ms, not estimated)",
+                p * 1e3
+            ))
     );
     eprintln!(
         "  {:<12} {:>11} {:>9}  {:<18} {:<18} {:<18} {:<17} {:<15}",
