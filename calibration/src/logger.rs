@@ -954,6 +954,14 @@ pub enum Family {
 }
 
 impl Family {
+    /// Every family, in the order [`Identification::fits`] holds them.
+    pub const ALL: [Family; 4] = [
+        Family::Box,
+        Family::Partial,
+        Family::Exponential,
+        Family::Response,
+    ];
+
     /// The family's name, as in the twin's scenario files.
     pub fn name(self) -> &'static str {
         match self {

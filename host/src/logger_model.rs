@@ -220,6 +220,12 @@ impl LoggerModel {
         }
     }
 
+    /// The power a reading stands for, the model's gain and offset inverted:
+    /// `(reading − offset) / gain`, W.
+    pub fn invert(&self, reading_w: f64) -> f64 {
+        (reading_w - self.offset_w) / self.gain
+    }
+
     /// Writes the model as TOML.
     pub fn write(&self, path: &Path) -> anyhow::Result<()> {
         let text = toml::to_string(self)?;
@@ -370,7 +376,10 @@ mod tests {
 
     #[test]
     fn every_family_its_doubts_and_the_column_survive_the_file() {
-        let mut m = read_text("shipped-again", SHIPPED).unwrap();
+        // A model from before models named their column reads as `logger_w`.
+        let old = SHIPPED.replace("column = \"logger_w\"\n", "");
+        assert!(!old.contains("column ="));
+        let mut m = read_text("shipped-again", &old).unwrap();
         assert_eq!(
             m.provenance.column, "logger_w",
             "a model from before columns"

@@ -22,8 +22,9 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::recording::{self, Kind, LoggerColumn, RecordingError, Rows};
-use railtrace_calibration::logger::period_from_changes;
+use railtrace_calibration::logger::{period_from_changes, Reference};
 use railtrace_calibration::stats::median;
+use railtrace_calibration::ParamError;
 
 /// A recording holding a meter and a logger on one timeline (`railtrace import pmd`),
 /// read for [`measure`].
@@ -39,8 +40,12 @@ pub struct Recorded {
     pub logger_w: Vec<f64>,
     /// The load's edges, s.
     pub edges: Vec<f64>,
-    /// The meter, as the recording names it.
-    pub meter: String,
+    /// The meter, as the recording's device names it (its `board`), where it does.
+    pub meter: Option<String>,
+    /// The logger, as the recording's settings describe it (`gpu_logger`), where they do.
+    pub logger: Option<String>,
+    /// Where the recording came from (its metadata's `source`).
+    pub source: String,
 }
 
 impl Recorded {
@@ -66,9 +71,10 @@ pub fn read(path: &Path, column: LoggerColumn) -> Result<Recorded, RecordingErro
     let names = ["time_s", "total_w", column.column()];
     let r = recording::open_columns(path, &names)?;
     let mut out = Recorded {
-        meter: (r.meta.device.as_ref())
-            .and_then(|d| d["board"].as_str().map(str::to_string))
-            .unwrap_or_else(|| "the reference".into()),
+        meter: (r.meta.device.as_ref()).and_then(|d| d["board"].as_str().map(str::to_string)),
+        logger: (r.meta.settings.as_ref())
+            .and_then(|s| s["gpu_logger"].as_str().map(str::to_string)),
+        source: r.meta.source.clone(),
         ..Recorded::default()
     };
     for batch in r {
@@ -195,44 +201,6 @@ pub struct Measures {
     pub settle_s: f64,
     /// Energy over the run.
     pub energy: Option<Energy>,
-}
-
-/// The meter's mean power over `[a, b]`, its samples joined by straight lines (held before
-/// the first and after the last).
-fn mean_between(t: &[f64], w: &[f64], a: f64, b: f64) -> f64 {
-    if b <= a {
-        return f64::NAN;
-    }
-    integral(t, w, a, b) / (b - a)
-}
-
-/// `∫ P` over `[a, b]` of samples joined by straight lines, held at the ends, J.
-fn integral(t: &[f64], w: &[f64], a: f64, b: f64) -> f64 {
-    let n = t.len();
-    if n == 0 || b <= a {
-        return 0.0;
-    }
-    let at = |x: f64| {
-        let i = t.partition_point(|&s| s <= x);
-        if i == 0 {
-            w[0]
-        } else if i == n {
-            w[n - 1]
-        } else {
-            let f = (x - t[i - 1]) / (t[i] - t[i - 1]);
-            w[i - 1] + f * (w[i] - w[i - 1])
-        }
-    };
-    let (i0, i1) = (
-        t.partition_point(|&s| s <= a),
-        t.partition_point(|&s| s < b),
-    );
-    let mut xs = vec![a];
-    xs.extend_from_slice(&t[i0..i1]);
-    xs.push(b);
-    xs.windows(2)
-        .map(|p| 0.5 * (at(p[0]) + at(p[1])) * (p[1] - p[0]))
-        .sum()
 }
 
 /// `∫` over `[a, b]` of readings each held until the next (the last to `b`), J.
@@ -367,7 +335,17 @@ fn step(run: &PairedRun<'_>, before: (f64, f64), edge: f64, after: (f64, f64)) -
 
 /// The measures of `run`; `correct` maps a raw reading to the power it stands for (an
 /// identified model's gain and offset inverted), for the corrected energy.
-pub fn measure(run: &PairedRun<'_>, correct: Option<&dyn Fn(f64) -> f64>) -> Measures {
+///
+/// # Errors
+///
+/// The meter's samples are fewer than 2, not finite, or not in strictly increasing time.
+pub fn measure(
+    run: &PairedRun<'_>,
+    correct: Option<&dyn Fn(f64) -> f64>,
+) -> Result<Measures, ParamError> {
+    // The meter's samples joined by straight lines, held before the first and after the
+    // last: its means and integrals.
+    let meter = Reference::new(run.meter_t, run.meter_w)?;
     let period = period_from_changes(run.logger_t, run.logger_w);
     let t_up = period.map_or(f64::NAN, |p| p.0);
     // Levels from the settled second half of each interval between edges, which needs
@@ -408,14 +386,14 @@ pub fn measure(run: &PairedRun<'_>, correct: Option<&dyn Fn(f64) -> f64>) -> Mea
         if near || !t_up.is_finite() || t - t_up < first || t > last {
             continue;
         }
-        let m = mean_between(run.meter_t, run.meter_w, t - t_up, t);
+        let m = meter.mean(t - t_up, t);
         if m.is_finite() {
             x.push(m);
             y.push(w);
         }
     }
-    let energy = energy(run, correct);
-    Measures {
+    let energy = energy(run, &meter, correct);
+    Ok(Measures {
         period_s: period.map(|p| [p.0, p.1]),
         steps,
         steps_unsettled: unsettled,
@@ -426,17 +404,21 @@ pub fn measure(run: &PairedRun<'_>, correct: Option<&dyn Fn(f64) -> f64>) -> Mea
         steady_readings: x.len(),
         settle_s,
         energy,
-    }
+    })
 }
 
-fn energy(run: &PairedRun<'_>, correct: Option<&dyn Fn(f64) -> f64>) -> Option<Energy> {
+fn energy(
+    run: &PairedRun<'_>,
+    meter: &Reference,
+    correct: Option<&dyn Fn(f64) -> f64>,
+) -> Option<Energy> {
     let (mt, lt) = (run.meter_t, run.logger_t);
     let from = mt.first()?.max(*lt.first()?);
     let to = mt.last()?.min(*lt.last()?);
     if to <= from {
         return None;
     }
-    let meter_j = integral(mt, run.meter_w, from, to);
+    let meter_j = meter.integral(from, to);
     // The reading in effect at `from` is the last one at or before it.
     let i0 = lt.partition_point(|&s| s <= from).saturating_sub(1);
     let (t, w) = (&lt[i0..], &run.logger_w[i0..]);
@@ -481,7 +463,8 @@ mod tests {
         let held = |x: f64| w[t.partition_point(|&s| s <= x).max(1) - 1];
         for (a, b) in [(0.0_f64, 4.0_f64), (0.5, 3.3), (1.2, 1.7), (3.0, 5.0)] {
             let want = fine(&lin, a, b.min(4.0)) + if b > 4.0 { 5.0 * (b - 4.0) } else { 0.0 };
-            assert!((integral(&t, &w, a, b) - want).abs() < 1e-6, "{a}..{b}");
+            let joined = Reference::new(&t, &w).unwrap().integral(a, b);
+            assert!((joined - want).abs() < 1e-6, "{a}..{b}");
             let want = fine(&held, a, b);
             assert!(
                 (held_integral(&t, &w, a, b) - want).abs() < 1e-3,
@@ -541,7 +524,7 @@ mod tests {
             logger_w: &lw,
             edges: &edges,
         };
-        let m = measure(&run, Some(&|w: f64| (w + 2.0) / 0.95));
+        let m = measure(&run, Some(&|w: f64| (w + 2.0) / 0.95)).unwrap();
         assert_eq!(m.steps.len(), 5, "{m:?}");
         let p = m.period_s.unwrap()[0];
         assert!((p - period).abs() < 1e-6, "period {p}");

@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use railtrace::analysis::{reduced_timeline, Options, Reduced, EXACT_SAMPLES};
 use railtrace::logger_model::{LoggerModel, Provenance};
+use railtrace::paired;
 use railtrace::profile::rig_path;
-use railtrace::recording::{self, iso_utc, Kind, LoggerColumn, Rows};
+use railtrace::recording::{self, iso_utc, LoggerColumn};
 use railtrace_calibration::logger::{
     identify, period_from_changes, Family, LatticeBuilder, Options as IdentifyOptions,
 };
@@ -55,15 +56,13 @@ enum What {
 
 /// A family by name.
 fn family(s: &str) -> Result<Family, String> {
-    let all = [
-        Family::Box,
-        Family::Partial,
-        Family::Exponential,
-        Family::Response,
-    ];
-    all.into_iter().find(|f| f.name() == s).ok_or_else(|| {
-        format!("{s:?} is not a logger family; one of box, partial, exponential, response")
-    })
+    Family::ALL
+        .into_iter()
+        .find(|f| f.name() == s)
+        .ok_or_else(|| {
+            let names: Vec<&str> = Family::ALL.iter().map(|f| f.name()).collect();
+            format!("{s:?} is not a logger family; one of {}", names.join(", "))
+        })
 }
 
 /// What to identify: the readings, the period if known, the family if forced.
@@ -85,37 +84,13 @@ fn from_recording(
     period_ms: Option<f64>,
     column: LoggerColumn,
 ) -> anyhow::Result<(Reduced, String, String)> {
-    let r = recording::read(path)?;
-    let (mut rig_t, mut rig_w, mut logger_t, mut logger_w) = (vec![], vec![], vec![], vec![]);
-    for rows in r.rows() {
-        let (time, total, logger) = (
-            rows.f64("time_s"),
-            rows.f32("total_w"),
-            rows.f64(column.column()),
-        );
-        for i in 0..rows.len() {
-            match rows.kind(i) {
-                Kind::Sample => {
-                    if let Some(w) = Rows::get(total, i) {
-                        rig_t.push(time.value(i));
-                        rig_w.push(f64::from(w));
-                    }
-                }
-                Kind::Logger => {
-                    if let Some(w) = Rows::get(logger, i) {
-                        logger_t.push(time.value(i));
-                        logger_w.push(w);
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-    let spacing = median_spacing(&rig_t);
-    let mut lattice = LatticeBuilder::new(cell_for(&logger_t, &logger_w, period_ms, spacing))
+    let rec = paired::read(path, column)?;
+    let spacing = median_spacing(&rec.meter_t);
+    let cell = cell_for(&rec.logger_t, &rec.logger_w, period_ms, spacing);
+    let mut lattice = LatticeBuilder::new(cell)
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
         .exact_up_to(EXACT_SAMPLES);
-    for (&t, &w) in rig_t.iter().zip(&rig_w) {
+    for (&t, &w) in rec.meter_t.iter().zip(&rec.meter_w) {
         lattice
             .push(t, w)
             .map_err(|e| anyhow::anyhow!("{}: the reference: {e}", path.display()))?;
@@ -124,25 +99,16 @@ fn from_recording(
     let reference = lattice
         .finish()
         .map_err(|e| anyhow::anyhow!("{}: the reference: {e}", path.display()))?;
-    let device = r
-        .meta
-        .device
-        .as_ref()
-        .and_then(|d| d["board"].as_str().map(str::to_string))
-        .unwrap_or_else(|| "its samples".into());
-    let logger = r
-        .meta
-        .settings
-        .as_ref()
-        .and_then(|s| s["gpu_logger"].as_str().map(str::to_string))
-        .unwrap_or_else(|| "its logger rows".into());
+    let device = rec.meter.as_deref().unwrap_or("its samples");
+    let described = format!("{device} ({})", rec.source);
+    let logger = rec.logger.unwrap_or_else(|| "its logger rows".into());
     let reduced = Reduced {
         reference,
         samples,
-        logger_t,
-        logger_w,
+        logger_t: rec.logger_t,
+        logger_w: rec.logger_w,
     };
-    Ok((reduced, format!("{device} ({})", r.meta.source), logger))
+    Ok((reduced, described, logger))
 }
 
 /// The median interval of sorted times, s (None for fewer than 2).

@@ -64,14 +64,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             );
         }
     }
-    let correct = model.as_ref().map(|m| {
-        let (g, c) = (m.gain, m.offset_w);
-        move |w: f64| (w - c) / g
-    });
+    let correct = model.as_ref().map(|m| move |w: f64| m.invert(w));
     let m = paired::measure(
         &rec.run(),
         correct.as_ref().map(|f| f as &dyn Fn(f64) -> f64),
-    );
+    )
+    .map_err(|e| anyhow::anyhow!("{name}: the meter's samples: {e}"))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&m)?);
     }
@@ -85,7 +83,7 @@ fn print(m: &Measures, args: &Args, rec: &paired::Recorded) {
     eprintln!(
         "railtrace compare: {}: {} against the logger's {}: {} samples, {} readings, {} edges over {span:.1} s",
         args.input.display(),
-        rec.meter,
+        rec.meter.as_deref().unwrap_or("the reference"),
         args.column,
         rec.meter_t.len(),
         rec.logger_t.len(),

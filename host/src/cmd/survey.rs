@@ -157,8 +157,8 @@ fn survey(found: &[Found], scratch: &Path, args: &Args) -> anyhow::Result<Vec<Ro
             if let Some(dir) = &args.models {
                 model.write(&dir.join(file_name(&f.gpu, &f.kind, column)))?;
             }
-            let (g, o) = (model.gain, model.offset_w);
-            let m = paired::measure(&data.run(), Some(&move |w: f64| (w - o) / g));
+            let m = paired::measure(&data.run(), Some(&|w: f64| model.invert(w)))
+                .map_err(|e| anyhow::anyhow!("{}: the meter's samples: {e}", f.dir.display()))?;
             rows.push(Row {
                 gpu: f.gpu.clone(),
                 kind: f.kind.clone(),
@@ -189,9 +189,9 @@ fn survey(found: &[Found], scratch: &Path, args: &Args) -> anyhow::Result<Vec<Ro
             else {
                 continue;
             };
-            let (g, o) = (step.model.gain, step.model.offset_w);
             let data = paired::read(&recordings[i], column)?;
-            let m = paired::measure(&data.run(), Some(&move |w: f64| (w - o) / g));
+            let m = paired::measure(&data.run(), Some(&|w: f64| step.model.invert(w)))
+                .map_err(|e| anyhow::anyhow!("{}: the meter's samples: {e}", f.dir.display()))?;
             rows[r].cross = m.energy.and_then(|e| e.corrected_error);
         }
     }
