@@ -210,6 +210,46 @@ fn mean_piecewise(weights: &[f64], step: f64, a: f64, b: f64) -> f64 {
 /// `dt` or a width not finite and > 0, a negative or non-finite delay, `len = 0`, bad
 /// weights, or more than [`MAX_TAPS`] taps.
 pub fn kernel(response: &Response<'_>, dt: f64, delay_s: f64) -> Result<Vec<f64>, ParamError> {
+    taps(response, dt, delay_s, false)
+}
+
+/// The kernel of `response` on a grid of `dt` s for readings taken at the end of each
+/// cell, as a logger's readings are of its update instants (the cells then being the
+/// updates' intervals): `h_j = G((j+1)·dt) − G(j·dt)` with `G` the step response, so that
+/// the reading at the end of cell `k` is `Σ_j h_j·P_{k−j}`, exact for power constant
+/// within cells. [`kernel`] is the same for readings spread through their bins.
+///
+/// # Errors
+///
+/// As [`kernel`].
+pub fn sampled_kernel(response: &Response<'_>, dt: f64) -> Result<Vec<f64>, ParamError> {
+    taps(response, dt, 0.0, true)
+}
+
+/// The step response `G(v)`: the fraction of a unit step seen at lag `v` (0 for `v ≤ 0`),
+/// of a response already checked and normalised.
+fn step_response(response: &Response<'_>, v: f64) -> f64 {
+    if v <= 0.0 {
+        return 0.0;
+    }
+    match *response {
+        Response::Box { width_s } => (v / width_s).min(1.0),
+        Response::Exponential { tau_s, .. } => -(-v / tau_s).exp_m1(),
+        Response::Piecewise { step_s, weights } => {
+            let i = (v / step_s).floor() as usize;
+            let whole: f64 = weights[..i.min(weights.len())].iter().sum();
+            whole + weights.get(i).map_or(0.0, |w| w * (v / step_s - i as f64))
+        }
+    }
+}
+
+/// [`kernel`] (`sampled`: [`sampled_kernel`]).
+fn taps(
+    response: &Response<'_>,
+    dt: f64,
+    delay_s: f64,
+    sampled: bool,
+) -> Result<Vec<f64>, ParamError> {
     if !(dt.is_finite() && dt > 0.0) {
         return Err(ParamError::new("dt", dt, "must be finite and > 0"));
     }
@@ -277,7 +317,11 @@ pub fn kernel(response: &Response<'_>, dt: f64, delay_s: f64) -> Result<Vec<f64>
     let mut previous = 0.0;
     for j in 0..taps {
         let a = j as f64 * dt - delay_s;
-        let g = mean_step_response(&response, a, a + dt);
+        let g = if sampled {
+            step_response(&response, a + dt)
+        } else {
+            mean_step_response(&response, a, a + dt)
+        };
         h.push((g - previous).max(0.0));
         previous = g;
     }

@@ -6,8 +6,8 @@ mod common;
 
 use common::Rng;
 use railtrace_calibration::deconvolve::{
-    box_kernel, deconvolve, exponential_kernel, fit_at, kernel, Deconvolved, Fit, Input,
-    LoggerKernel, Options, Profile, Response, Rule,
+    box_kernel, deconvolve, exponential_kernel, fit_at, kernel, sampled_kernel, Deconvolved, Fit,
+    Input, LoggerKernel, Options, Profile, Response, Rule,
 };
 use railtrace_calibration::stats::median;
 use railtrace_calibration::stitch::{profile, ProfileBin, Stitched};
@@ -668,6 +668,89 @@ fn kernels_match_a_slow_bin_average() {
     .unwrap();
     let b = box_kernel(1.0037e-3, dt).unwrap();
     assert!(a.iter().zip(&b).all(|(x, y)| (x - y).abs() < 1e-15));
+}
+
+/// A logger read at its update instants, the ends of cells of random power: each reading
+/// by the logger's own definition (a box's mean from the cells' overlaps with its window,
+/// a low pass stepped exactly through each cell, a staircase as a sum of windows) against
+/// `Σ_j h_j·P_{k−j}` with the sampled kernel.
+#[test]
+fn sampled_kernels_read_at_the_ends_of_cells() {
+    let dt = 0.1;
+    let mut rng = Rng::new(0x5A3D);
+    let cells: Vec<f64> = (0..400).map(|_| rng.range(100.0, 400.0)).collect();
+    // ∫ P over [a, b] from the cells' overlaps (cell c on [c·dt, (c+1)·dt)).
+    let integral = |a: f64, b: f64| -> f64 {
+        (cells.iter().enumerate())
+            .map(|(c, p)| {
+                let (lo, hi) = (c as f64 * dt, (c + 1) as f64 * dt);
+                p * (b.min(hi) - a.max(lo)).max(0.0)
+            })
+            .sum()
+    };
+    let stairs = [0.0, 1.0, 3.0, 0.5, 2.0];
+    type Reading<'a> = Box<dyn Fn(usize) -> f64 + 'a>;
+    let cases: Vec<(Family, Reading<'_>)> = vec![
+        (
+            Family::Box(1.1137),
+            Box::new(|k| {
+                let u = (k + 1) as f64 * dt;
+                integral(u - 1.1137, u) / 1.1137
+            }),
+        ),
+        (
+            Family::Box(0.25),
+            Box::new(|k| {
+                let u = (k + 1) as f64 * dt;
+                integral(u - 0.25, u) / 0.25
+            }),
+        ),
+        (
+            Family::Exp(0.053),
+            Box::new(|k| {
+                // Exactly through each cell of constant power, from the first cell's
+                // level (the kernel's earlier cells are taken at it too).
+                let mut y = cells[0];
+                for p in &cells[..=k] {
+                    y = p + (y - p) * (-dt / 0.053f64).exp();
+                }
+                y
+            }),
+        ),
+        (
+            Family::Stairs(0.037, stairs.to_vec()),
+            Box::new(|k| {
+                let u = (k + 1) as f64 * dt;
+                let total: f64 = stairs.iter().sum();
+                (stairs.iter().enumerate())
+                    .map(|(i, w)| {
+                        let hi = u - i as f64 * 0.037;
+                        w / total * integral(hi - 0.037, hi) / 0.037
+                    })
+                    .sum()
+            }),
+        ),
+    ];
+    for (fam, reading) in cases {
+        let h = sampled_kernel(&fam.response(dt, 40.0), dt).unwrap();
+        assert!((h.iter().sum::<f64>() - 1.0).abs() < 1e-12, "{fam:?}");
+        let mut worst: f64 = 0.0;
+        for k in h.len()..cells.len() {
+            let conv: f64 = h.iter().enumerate().map(|(j, hj)| hj * cells[k - j]).sum();
+            worst = worst.max((conv - reading(k)).abs());
+        }
+        // Both exact; the kernel's exponential tail is cut at e^{−40}.
+        assert!(worst < 1e-9, "{fam:?}: {worst} W");
+    }
+    // A box of one cell reads each cell alone; readings spread through bins do not.
+    assert_eq!(
+        sampled_kernel(&Family::Box(dt).response(dt, 1.0), dt).unwrap(),
+        vec![1.0]
+    );
+    assert_eq!(
+        kernel(&Family::Box(dt).response(dt, 1.0), dt, 0.0).unwrap(),
+        vec![0.5, 0.5]
+    );
 }
 
 // ---------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use railtrace_calibration::deconvolve::Response;
 use railtrace_calibration::logger::{FamilyFit, Identification, Shape};
 use serde::{Deserialize, Serialize};
 
@@ -224,6 +225,32 @@ impl LoggerModel {
     /// `(reading − offset) / gain`, W.
     pub fn invert(&self, reading_w: f64) -> f64 {
         (reading_w - self.offset_w) / self.gain
+    }
+
+    /// The model's response to power as the deconvolution takes it: for a grid of `dt` s,
+    /// an exponential's taps reaching ten time constants past `delay_s`.
+    ///
+    /// # Errors
+    ///
+    /// A family this version does not know.
+    pub fn response(&self, dt: f64, delay_s: f64) -> anyhow::Result<Response<'_>> {
+        Ok(match self.family.as_str() {
+            "box" | "partial" => Response::Box {
+                width_s: self.window_s.unwrap_or(self.period_s),
+            },
+            "exponential" => {
+                let tau = self.tau_s.unwrap_or(self.period_s);
+                Response::Exponential {
+                    tau_s: tau,
+                    len: (10.0 * tau / dt) as usize + 2 + (delay_s.max(0.0) / dt) as usize,
+                }
+            }
+            "response" => Response::Piecewise {
+                step_s: self.response_spacing_s.unwrap_or(dt),
+                weights: self.response_per_s.as_deref().unwrap_or_default(),
+            },
+            other => anyhow::bail!("unknown family {other:?}"),
+        })
     }
 
     /// Writes the model as TOML.

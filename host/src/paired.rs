@@ -21,7 +21,11 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use crate::logger_model::LoggerModel;
 use crate::recording::{self, Kind, LoggerColumn, RecordingError, Rows};
+use railtrace_calibration::deconvolve::{
+    self, sampled_kernel, Input, LoggerKernel, Options as DeconvolveOptions, Profile,
+};
 use railtrace_calibration::logger::{period_from_changes, Reference};
 use railtrace_calibration::stats::median;
 use railtrace_calibration::ParamError;
@@ -57,6 +61,7 @@ impl Recorded {
             logger_t: &self.logger_t,
             logger_w: &self.logger_w,
             edges: &self.edges,
+            update_s: None,
         }
     }
 }
@@ -122,6 +127,9 @@ pub struct PairedRun<'a> {
     pub logger_w: &'a [f64],
     /// The load's edges, s.
     pub edges: &'a [f64],
+    /// The logger's update period where it is known (a deconvolved run's cells), s; None:
+    /// from the changes of its readings.
+    pub update_s: Option<f64>,
 }
 
 /// One step of the load as each signal shows it.
@@ -346,7 +354,10 @@ pub fn measure(
     // The meter's samples joined by straight lines, held before the first and after the
     // last: its means and integrals.
     let meter = Reference::new(run.meter_t, run.meter_w)?;
-    let period = period_from_changes(run.logger_t, run.logger_w);
+    let period = match run.update_s {
+        Some(p) => Some((p, 0.0)),
+        None => period_from_changes(run.logger_t, run.logger_w),
+    };
     let t_up = period.map_or(f64::NAN, |p| p.0);
     // Levels from the settled second half of each interval between edges, which needs
     // readings there: intervals of at least four update periods either side.
@@ -439,6 +450,245 @@ fn energy(
     })
 }
 
+/// A run's logger readings with the logger's response undone ([`deconvolve`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Deconvolution {
+    /// Width of a cell, the logger's update period, s.
+    pub cell_s: f64,
+    /// The share of a step the first update after it shows (the sampled response's first
+    /// tap).
+    pub first_share: f64,
+    /// Updates read (cells with a reading at their end).
+    pub updates: usize,
+    /// Each cell's start, s on the run's timeline; the power is held until the next
+    /// (the first starts at the run's energy span, a last point ends it).
+    #[serde(skip)]
+    pub t_s: Vec<f64>,
+    /// Power per cell, W.
+    #[serde(skip)]
+    pub power_w: Vec<f64>,
+    /// Lower edge of its band, W.
+    #[serde(skip)]
+    pub lo_w: Vec<f64>,
+    /// Upper edge of its band, W.
+    #[serde(skip)]
+    pub hi_w: Vec<f64>,
+    /// The band's central probability.
+    pub confidence: f64,
+    /// The readings' scatter about the fit, W (the noise the regularisation was set by).
+    pub noise_w: f64,
+    /// The deconvolved power's measures against the meter: its steps, steady line and
+    /// energy (its `logger_j` and `error` are the deconvolved power's).
+    pub measures: Measures,
+}
+
+/// Why a run's readings were not deconvolved.
+#[derive(Debug, thiserror::Error)]
+pub enum NotDeconvolved {
+    /// Each reading averages part of its update only.
+    #[error(
+        "each reading averages {:.1} ms of every {:.1} ms update: the power between the windows is not in the readings",
+        .window_s * 1e3,
+        .period_s * 1e3
+    )]
+    Partial {
+        /// The window, s.
+        window_s: f64,
+        /// The update period, s.
+        period_s: f64,
+    },
+    /// The response is within one update.
+    #[error(
+        "the first update after a step shows {:.0} % of it: the readings already are the power at the update period's resolution, and there is nothing to deconvolve",
+        .share * 100.0
+    )]
+    WithinOneUpdate {
+        /// The first update's share of a step.
+        share: f64,
+    },
+    /// Too few readings.
+    #[error("{updates} updates read: too few to deconvolve")]
+    Few {
+        /// Updates read.
+        updates: usize,
+    },
+    /// The model cannot be applied.
+    #[error("the logger model: {0}")]
+    Model(String),
+    /// The solve failed.
+    #[error("the deconvolution: {0}")]
+    Solve(#[from] ParamError),
+}
+
+/// The logger's update instants on the readings' timeline, modulo `period`: the
+/// readings change at the first poll after an update is shown, `u + delay` and the
+/// poll's wait, so the changes' residues `(c − delay) mod period` fill an arc that starts
+/// at the updates' phase; its start is the residue after the widest gap between them.
+/// None with fewer than 8 changes, or residues that leave no gap of a tenth of the
+/// period (polls as slow as the updates, whose waits fill the whole period).
+fn update_phase(t: &[f64], w: &[f64], period: f64, delay: f64) -> Option<f64> {
+    let mut r: Vec<f64> = (1..t.len().min(w.len()))
+        .filter(|&j| w[j] != w[j - 1])
+        .map(|j| (t[j] - delay).rem_euclid(period))
+        .collect();
+    if r.len() < 8 {
+        return None;
+    }
+    r.sort_by(f64::total_cmp);
+    // The gap before each residue, the first's across the period's wrap.
+    let (mut widest, mut start) = (r[0] + period - r[r.len() - 1], r[0]);
+    for i in 1..r.len() {
+        if r[i] - r[i - 1] > widest {
+            (widest, start) = (r[i] - r[i - 1], r[i]);
+        }
+    }
+    (widest >= 0.1 * period).then_some(start)
+}
+
+/// A response whose first update shows this share of a step or more is left as it is.
+pub const DECONVOLVE_BELOW_SHARE: f64 = 0.9;
+
+/// The run's readings with `model`'s response undone, where the readings allow: a window
+/// or time constant that spreads a step over several updates, each read.
+///
+/// The cells are the logger's updates: the reading showing update `u` is `gain·r(u) +
+/// offset`, `r(u)` the response to power constant within each update's interval, so the
+/// readings are `Σ_j h_j·P_{k−j}` with `h` the response sampled at the updates
+/// ([`sampled_kernel`]), which [`deconvolve::deconvolve`] inverts (total variation, power
+/// ≥ 0, λ by its discrepancy test, a bootstrap band). Readings of one update are
+/// averaged. Before the first update the power is taken as steady at what the first
+/// reading stands for (a run that starts idle). The deconvolved power is then measured
+/// against the meter as the readings are, its energy over the same span. `bootstrap`
+/// replicates give the band (0: none; each costs about a solve, a fraction of a second
+/// for a thousand updates).
+///
+/// # Errors
+///
+/// [`NotDeconvolved`]: a response the readings cannot undo, too few readings, or a solve
+/// that fails.
+pub fn deconvolve(
+    run: &PairedRun<'_>,
+    model: &LoggerModel,
+    bootstrap: usize,
+) -> Result<Deconvolution, NotDeconvolved> {
+    let p = model.period_s;
+    let window = model.window_s.unwrap_or(p);
+    if model.family == "partial" && window < p * (1.0 - 1e-9) {
+        return Err(NotDeconvolved::Partial {
+            window_s: window,
+            period_s: p,
+        });
+    }
+    let response = model
+        .response(p, 0.0)
+        .map_err(|e| NotDeconvolved::Model(e.to_string()))?;
+    let h = sampled_kernel(&response, p)?;
+    if h[0] >= DECONVOLVE_BELOW_SHARE {
+        return Err(NotDeconvolved::WithinOneUpdate { share: h[0] });
+    }
+    // Each reading's update, counted from the first: on this run's own grid where its
+    // readings show it (a model applied to another run of the same GPU), else the
+    // model's.
+    let phase = update_phase(run.logger_t, run.logger_w, p, model.delay_s).unwrap_or(model.phase_s);
+    let update = |t: f64| ((t - model.delay_s - phase) / p + 0.5e-6).floor();
+    let (Some(&t0), Some(&t1)) = (run.logger_t.first(), run.logger_t.last()) else {
+        return Err(NotDeconvolved::Few { updates: 0 });
+    };
+    let (k0, k1) = (update(t0), update(t1));
+    let bins = (k1 - k0).max(0.0) as usize + 1;
+    if bins > deconvolve::MAX_CELLS {
+        return Err(NotDeconvolved::Model(format!(
+            "{bins} updates at {:.3} ms: more than the {} cells one deconvolution solves",
+            p * 1e3,
+            deconvolve::MAX_CELLS
+        )));
+    }
+    let (mut sum, mut n) = (vec![0.0; bins], vec![0usize; bins]);
+    for (&t, &w) in run.logger_t.iter().zip(run.logger_w) {
+        let k = update(t) - k0;
+        if (0.0..bins as f64).contains(&k) {
+            sum[k as usize] += w;
+            n[k as usize] += 1;
+        }
+    }
+    let updates = n.iter().filter(|&&c| c > 0).count();
+    if updates < 3 * h.len().max(4) {
+        return Err(NotDeconvolved::Few { updates });
+    }
+    // Bin k ends at update k0 + k: TOI 0 is a period before the first update.
+    let origin = phase + k0 * p - p;
+    let profile = Profile {
+        t0_s: 0.0,
+        dt_s: p,
+        power_w: (sum.iter().zip(&n))
+            .map(|(s, &c)| if c > 0 { s / c as f64 } else { f64::NAN })
+            .collect(),
+        se_w: None,
+        exact: Vec::new(),
+    };
+    let idle = model.invert(profile.power_w[0]).max(0.0);
+    let d = deconvolve::deconvolve(
+        &Input {
+            profile,
+            logger: LoggerKernel {
+                kernel: h.clone(),
+                delay_s: 0.0,
+                gain: model.gain,
+                offset_w: model.offset_w,
+            },
+            idle_w: idle,
+            duration_s: bins as f64 * p,
+        },
+        &DeconvolveOptions {
+            bootstrap,
+            ..DeconvolveOptions::default()
+        },
+    )?;
+    // Held from each cell's start, over the span the raw readings' energy covers.
+    let (from, to) = (
+        run.meter_t.first().map_or(t0, |&m| m.max(t0)),
+        run.meter_t.last().map_or(t1, |&m| m.min(t1)),
+    );
+    let (mut t, mut power, mut lo, mut hi) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (i, &c) in d.t.iter().enumerate() {
+        let (start, end) = (origin + c - 0.5 * p, origin + c + 0.5 * p);
+        if end <= from || start >= to {
+            continue;
+        }
+        t.push(start.max(from));
+        power.push(d.power_w[i]);
+        lo.push(d.lo_w[i]);
+        hi.push(d.hi_w[i]);
+    }
+    if let (Some(&pw), Some(&l), Some(&u)) = (power.last(), lo.last(), hi.last()) {
+        t.push(to);
+        power.push(pw);
+        lo.push(l);
+        hi.push(u);
+    }
+    let measures = measure(
+        &PairedRun {
+            logger_t: &t,
+            logger_w: &power,
+            update_s: Some(p),
+            ..*run
+        },
+        None,
+    )?;
+    Ok(Deconvolution {
+        cell_s: p,
+        first_share: h[0],
+        updates,
+        t_s: t,
+        power_w: power,
+        lo_w: lo,
+        hi_w: hi,
+        confidence: d.confidence,
+        noise_w: d.noise_scale,
+        measures,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -473,22 +723,16 @@ mod tests {
         }
     }
 
-    /// The twin's logger behind a step load: a 20 ms box every 10 ms, 50 ms late, with
-    /// gain 0.95 and offset −2 W; the meter an ideal step sampled every 200 µs.
-    #[test]
-    fn the_twins_known_delay_reads_as_a_lag_and_its_gain_as_the_steady_line() {
+    /// A paired run of the twin's logger `config` behind a step load: 100 W, then 300 W
+    /// from 3.0037 s, 100 W from 6.0074 s, ... (five edges off the update grid), to 18 s;
+    /// the meter an ideal step sampled every 200 µs. Each report read `polls` times per
+    /// update period.
+    fn twin_steps(config: railtrace_twin::logger::LoggerConfig, polls: u32) -> Recorded {
         use railtrace_twin::gpu::GpuClock;
-        use railtrace_twin::logger::{Logger, LoggerConfig, LoggerModel};
+        use railtrace_twin::logger::Logger;
         use railtrace_twin::trace::{Segment, Util};
-        let (d, window, period) = (50e-3, 20e-3, 10e-3);
-        let config = LoggerConfig {
-            delay_s: d,
-            gain: 0.95,
-            offset_w: -2.0,
-            ..LoggerConfig::new(LoggerModel::Box { window_s: window }, period)
-        };
+        let period = config.period_s;
         let mut logger = Logger::new(config, GpuClock::new(1e8, 0.0, 0.0).unwrap()).unwrap();
-        // 100 W, then 300 W from 3.0037 s, 100 W from 6.0071 s, ... (edges off the grid).
         let edges: Vec<f64> = (1..6)
             .map(|k| f64::from(k) * 3.0 + 0.0037 * f64::from(k))
             .collect();
@@ -511,19 +755,39 @@ mod tests {
             };
             logger.push(&seg).unwrap();
         }
-        let (lt, lw): (Vec<f64>, Vec<f64>) = logger
-            .drain_samples()
-            .map(|s| (s.true_time_s, s.power_w))
-            .unzip();
+        let (mut lt, mut lw) = (Vec::new(), Vec::new());
+        for s in logger.drain_samples() {
+            for poll in 0..polls {
+                lt.push(s.true_time_s + f64::from(poll) / f64::from(polls) * period);
+                lw.push(s.power_w);
+            }
+        }
         let mt: Vec<f64> = (0..90_000).map(|k| f64::from(k) * 200e-6).collect();
         let mw: Vec<f64> = mt.iter().map(|&t| level(t)).collect();
-        let run = PairedRun {
-            meter_t: &mt,
-            meter_w: &mw,
-            logger_t: &lt,
-            logger_w: &lw,
-            edges: &edges,
+        Recorded {
+            meter_t: mt,
+            meter_w: mw,
+            logger_t: lt,
+            logger_w: lw,
+            edges,
+            ..Recorded::default()
+        }
+    }
+
+    /// The twin's logger behind a step load: a 20 ms box every 10 ms, 50 ms late, with
+    /// gain 0.95 and offset −2 W.
+    #[test]
+    fn the_twins_known_delay_reads_as_a_lag_and_its_gain_as_the_steady_line() {
+        use railtrace_twin::logger::{LoggerConfig, LoggerModel};
+        let (d, window, period) = (50e-3, 20e-3, 10e-3);
+        let config = LoggerConfig {
+            delay_s: d,
+            gain: 0.95,
+            offset_w: -2.0,
+            ..LoggerConfig::new(LoggerModel::Box { window_s: window }, period)
         };
+        let rec = twin_steps(config, 1);
+        let run = rec.run();
         let m = measure(&run, Some(&|w: f64| (w + 2.0) / 0.95)).unwrap();
         assert_eq!(m.steps.len(), 5, "{m:?}");
         let p = m.period_s.unwrap()[0];
@@ -558,6 +822,97 @@ mod tests {
             "{e:?}"
         );
         assert!(e.corrected_error.unwrap().abs() < 5e-3, "{e:?}");
+    }
+
+    /// The model a lab would have identified for the twin's logger.
+    fn model(
+        family: &str,
+        period: f64,
+        window: f64,
+        delay: f64,
+        gain: f64,
+        offset: f64,
+    ) -> LoggerModel {
+        let text = format!(
+            "format = \"railtrace-logger-model\"\nversion = 1\nfamily = \"{family}\"\n\
+             period_s = {period}\nperiod_se_s = 0.0\nphase_s = 0.0\ndelay_s = {delay}\n\
+             delay_se_s = 0.0\nwindow_s = {window}\nwindow_se_s = 0.0\ngain = {gain}\n\
+             gain_se = 0.0\noffset_w = {offset}\noffset_se_w = 0.0\nresidual_rms_w = 0.0\n\
+             readings = 0\n[bic]\n[provenance]\ninput = \"twin\"\nreference = \"truth\"\n\
+             logger = \"twin\"\ncreated_utc = \"\"\nrailtrace = \"\"\n"
+        );
+        LoggerModel::parse(Path::new("twin.toml"), &text).unwrap()
+    }
+
+    /// The twin's 1 s sliding box, updated every 100 ms and shown 30 ms later (gain 0.95,
+    /// offset −2 W, 10 mW steps), polled twice per update, behind a step load: the raw
+    /// readings lag each step by half the window, deconvolved with the logger's model by
+    /// less than the update they are resolved to.
+    #[test]
+    fn a_long_window_deconvolved_follows_the_twins_steps() {
+        use railtrace_twin::logger::{LoggerConfig, LoggerModel as Twin};
+        let (d, window, period) = (30e-3, 1.0, 0.1);
+        let config = LoggerConfig {
+            delay_s: d,
+            gain: 0.95,
+            offset_w: -2.0,
+            quantum_w: 0.01,
+            ..LoggerConfig::new(Twin::Box { window_s: window }, period)
+        };
+        let rec = twin_steps(config, 2);
+        let run = rec.run();
+        let raw = measure(&run, None).unwrap();
+        let dec = deconvolve(&run, &model("box", period, window, d, 0.95, -2.0), 20).unwrap();
+        let m = &dec.measures;
+        assert_eq!((raw.steps.len(), m.steps.len()), (5, 5), "{m:?}");
+        assert!((dec.first_share - period / window).abs() < 1e-12);
+        for (r, s) in raw.steps.iter().zip(&m.steps) {
+            // Raw: the 50 % crossing is half the window and the delay late.
+            assert!(r.delay_s > 0.5 * window, "{r:?}");
+            // Deconvolved: the step falls within one update's cell, whose start is the
+            // crossing, and the 10 % and 90 % crossings are in that cell or the next.
+            assert!(s.delay_s.abs() < period, "{s:?}");
+            assert!(s.logger_rise_s <= period + 1e-9, "{s:?}");
+            assert!(
+                (s.logger_levels_w[0] - s.meter_levels_w[0]).abs() < 0.5
+                    && (s.logger_levels_w[1] - s.meter_levels_w[1]).abs() < 0.5,
+                "{s:?}"
+            );
+        }
+        // The energy over the run: exact but for the 10 mW steps and the last update's
+        // power held to the span's end (the power is steady there).
+        let e = m.energy.unwrap();
+        assert!(e.error.abs() < 1e-3, "{e:?}");
+        let l = m.steady.unwrap();
+        assert!(
+            (l.gradient - 1.0).abs() < 2e-3 && l.intercept_w.abs() < 0.5,
+            "{l:?}"
+        );
+    }
+
+    #[test]
+    fn a_reading_within_one_update_is_not_deconvolved() {
+        let (t, w): (Vec<f64>, Vec<f64>) = (0..200)
+            .map(|k| (f64::from(k) * 0.1, if k % 40 < 20 { 100.0 } else { 300.0 }))
+            .unzip();
+        let run = PairedRun {
+            meter_t: &t,
+            meter_w: &w,
+            logger_t: &t,
+            logger_w: &w,
+            edges: &[],
+            update_s: None,
+        };
+        let partial = deconvolve(&run, &model("partial", 0.1, 0.025, 0.0, 1.0, 0.0), 0);
+        assert!(
+            matches!(partial, Err(NotDeconvolved::Partial { .. })),
+            "{partial:?}"
+        );
+        let tiling = deconvolve(&run, &model("box", 0.1, 0.1, 0.0, 1.0, 0.0), 0);
+        assert!(
+            matches!(tiling, Err(NotDeconvolved::WithinOneUpdate { share }) if share == 1.0),
+            "{tiling:?}"
+        );
     }
 
     #[test]

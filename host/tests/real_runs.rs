@@ -234,3 +234,85 @@ fn a_survey_calibrates_each_column_and_cross_validates_the_step_model() {
         assert_eq!(cross == "—", c[2] == "step", "{r}");
     }
 }
+
+#[test]
+fn the_3090s_second_long_average_deconvolved_follows_the_meters_steps() {
+    let Some(root) = data_root() else { return };
+    let dir = TempDir::new("real-deconvolve");
+    import(&root, &dir, "Transient_Response/3090_TR", "tr.arrow");
+    ok(
+        &dir.0,
+        &["calibrate", "logger", "tr.arrow", "-o", "tr.toml"],
+    );
+    let (m, err) = ok(
+        &dir.0,
+        &[
+            "compare",
+            "tr.arrow",
+            "--logger",
+            "tr.toml",
+            "--json",
+            "--bootstrap",
+            "10",
+            "--deconvolved",
+            "tr.csv",
+        ],
+    );
+    // The raw readings, a 1.1 s average, cross half of each step about half a window late.
+    let raw = m["delay_s"].as_f64().unwrap();
+    assert!(raw > 0.5, "raw delay {raw} s");
+    // Deconvolved, within an update (100 ms) and its delay's uncertainty (±16 ms) of the
+    // meter, each step.
+    let d = &m["deconvolved"]["measures"];
+    let steps = d["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2, "{d}");
+    for s in steps {
+        let delay = s["delay_s"].as_f64().unwrap();
+        assert!(delay.abs() < 0.116, "{s}");
+    }
+    // Its energy is the corrected readings' to within 0.5 % of the meter's (the window only
+    // moves energy in time, and the run starts and ends at the same level).
+    let (e, c) = (
+        d["energy"]["error"].as_f64().unwrap(),
+        m["energy"]["corrected_error"].as_f64().unwrap(),
+    );
+    assert!(e.abs() < 0.005 && (e - c).abs() < 0.005, "{e} {c}");
+    // Every update written, each beside the meter's mean over it.
+    let csv = std::fs::read_to_string(dir.join("tr.csv")).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(lines.next(), Some("t_s,power_w,lo_w,hi_w,meter_w"));
+    let rows: Vec<Vec<f64>> = lines
+        .map(|l| l.split(',').map(|v| v.parse().unwrap()).collect())
+        .collect();
+    assert!(rows.len() >= 130, "{} rows", rows.len());
+    assert!(
+        rows.iter().all(|r| r[2] <= r[1] && r[1] <= r[3]),
+        "a band holds its value"
+    );
+    assert!(err.contains("deconvolved"), "{err}");
+
+    // The A100's reading sees a quarter of each update: nothing to deconvolve, and no file.
+    import(&root, &dir, "Transient_Response/A100_TR", "a100.arrow");
+    ok(
+        &dir.0,
+        &["calibrate", "logger", "a100.arrow", "-o", "a100.toml"],
+    );
+    let (m, _) = ok(
+        &dir.0,
+        &["compare", "a100.arrow", "--logger", "a100.toml", "--json"],
+    );
+    let why = m["not_deconvolved"].as_str().unwrap();
+    assert!(why.contains("nothing to deconvolve"), "{why}");
+    let o = railtrace(
+        &dir.0,
+        &[
+            "compare",
+            "a100.arrow",
+            "--logger",
+            "a100.toml",
+            "--deconvolved",
+            "a.csv",
+        ],
+    );
+    assert!(!o.status.success() && !dir.join("a.csv").exists());
+}

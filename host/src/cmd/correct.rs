@@ -12,7 +12,6 @@ use railtrace::logger_model::LoggerModel;
 use railtrace::profile::rig_path;
 use railtrace_calibration::deconvolve::{
     deconvolve, kernel, Deconvolved, Input, LoggerKernel, Options as DeconvolveOptions, Profile,
-    Response,
 };
 use railtrace_calibration::stats::median;
 use railtrace_calibration::stitch::ProfileBin;
@@ -110,24 +109,9 @@ pub fn correct(
         profile.display()
     );
     let duration = kept.iter().sum::<f64>() / kept.len() as f64;
-    let steps = model.response_per_s.clone().unwrap_or_default();
-    let response = match model.family.as_str() {
-        "box" | "partial" => Response::Box {
-            width_s: model.window_s.unwrap_or(model.period_s),
-        },
-        "exponential" => {
-            let tau = model.tau_s.unwrap_or(model.period_s);
-            Response::Exponential {
-                tau_s: tau,
-                len: (10.0 * tau / dt) as usize + 2 + (model.delay_s.max(0.0) / dt) as usize,
-            }
-        }
-        "response" => Response::Piecewise {
-            step_s: model.response_spacing_s.unwrap_or(dt),
-            weights: &steps,
-        },
-        other => anyhow::bail!("{}: unknown family {other:?}", model_path.display()),
-    };
+    let response = model
+        .response(dt, model.delay_s)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", model_path.display()))?;
     // The profile's time axis is the GPU's (each execution starts at TOI 0 by its own
     // timestamps), the model's delay is against the reference's: the logger's delay on
     // the GPU's timeline is the model's plus the reference's own lag behind it (the GPU

@@ -83,6 +83,20 @@ struct Row {
     steady: Option<paired::Line>,
     /// The energy error through the same GPU's step-run model, on the other runs.
     cross: Option<f64>,
+    /// The readings deconvolved with the run's own model, where they allow: the steps'
+    /// median delay and the energy error.
+    deconvolved: Option<(Option<f64>, Option<f64>)>,
+    /// The energy error deconvolved with the same GPU's step-run model.
+    cross_deconvolved: Option<f64>,
+}
+
+/// The deconvolved readings' step delay and energy error, where the readings allow.
+fn deconvolved(
+    run: &paired::PairedRun<'_>,
+    model: &LoggerModel,
+) -> Option<(Option<f64>, Option<f64>)> {
+    let d = paired::deconvolve(run, model, 0).ok()?;
+    Some((d.measures.delay_s, d.measures.energy.map(|e| e.error)))
 }
 
 fn file_name(gpu: &str, kind: &str, column: LoggerColumn) -> String {
@@ -163,11 +177,13 @@ fn survey(found: &[Found], scratch: &Path, args: &Args) -> anyhow::Result<Vec<Ro
                 gpu: f.gpu.clone(),
                 kind: f.kind.clone(),
                 column,
-                model,
                 energy: m.energy,
                 delay_s: m.delay_s,
                 steady: m.steady,
                 cross: None,
+                deconvolved: deconvolved(&data.run(), &model),
+                model,
+                cross_deconvolved: None,
             });
         }
         recordings.push(rec);
@@ -192,7 +208,9 @@ fn survey(found: &[Found], scratch: &Path, args: &Args) -> anyhow::Result<Vec<Ro
             let data = paired::read(&recordings[i], column)?;
             let m = paired::measure(&data.run(), Some(&|w: f64| step.model.invert(w)))
                 .map_err(|e| anyhow::anyhow!("{}: the meter's samples: {e}", f.dir.display()))?;
+            let cross_deconvolved = deconvolved(&data.run(), &step.model).and_then(|d| d.1);
             rows[r].cross = m.energy.and_then(|e| e.corrected_error);
+            rows[r].cross_deconvolved = cross_deconvolved;
         }
     }
     bar.finish_and_clear();
@@ -205,7 +223,7 @@ fn markdown(rows: &[Row]) -> String {
         format!("{:.*} ± {:.*}", digits, v * scale, digits, se * scale)
     };
     let mut s = String::from(
-        "| GPU | run | column | family | period (ms) | window / τ (ms) | model delay (ms) | gain | offset (W) | steady state | step delay (ms) | energy error raw | corrected | with the step run's model | identified |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| GPU | run | column | family | period (ms) | window / τ (ms) | model delay (ms) | gain | offset (W) | steady state | step delay (ms) | energy error raw | corrected | deconvolved: step delay (ms), energy error | with the step run's model | identified |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         let m = &r.model;
@@ -218,7 +236,7 @@ fn markdown(rows: &[Row]) -> String {
         };
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r.gpu,
             r.kind,
             r.column.smi_name(),
@@ -235,7 +253,15 @@ fn markdown(rows: &[Row]) -> String {
             r.delay_s.map_or("—".into(), |d| format!("{:.0}", d * 1e3)),
             pct(r.energy.map(|e| e.error)),
             pct(r.energy.and_then(|e| e.corrected_error)),
-            pct(r.cross),
+            r.deconvolved.map_or("—".into(), |(d, e)| format!(
+                "{}, {}",
+                d.map_or("—".into(), |d| format!("{:.0}", d * 1e3)),
+                pct(e)
+            )),
+            match (r.cross, r.cross_deconvolved) {
+                (Some(c), Some(d)) => format!("{}; deconvolved {}", pct(Some(c)), pct(Some(d))),
+                (c, _) => pct(c),
+            },
             if m.doubts.is_empty() {
                 "yes".to_string()
             } else {
