@@ -37,7 +37,7 @@ enum Command {
     /// Undoes the GPU logger's response in a profiling run's stitched profile.
     Correct(cmd::correct::Args),
     /// A GPU's logger against the reference meter of a paired run: update period, rise
-    /// time, delay, steady-state error and energy error.
+    /// time, delay, steady-state error and energy error, raw, corrected and deconvolved.
     Compare(cmd::compare::Args),
     /// Every paired run under some folders: each logger column calibrated and compared
     /// with the meter, step-run models cross-validated; one table.
