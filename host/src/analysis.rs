@@ -194,6 +194,101 @@ pub struct Analysis {
     pub settle_s: f64,
     /// The options used.
     pub options: Options,
+    /// Which bins the rig and the logger support.
+    pub support: Support,
+}
+
+/// Which of the stitched bins the rig and the logger support: a report draws those and
+/// says why it leaves out the others.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Support {
+    /// The rig's 10-90 % rise (its sensors and ADC input filter), s, where the profile
+    /// records it: a bin narrower than that shows the rig's own response, not the power's.
+    pub rig_rise_s: Option<f64>,
+    /// Whether the rig resolves the bins (true where its rise is not known).
+    pub rig_resolves: bool,
+    /// Rig bins with fewer than [`Support::RIG_SAMPLES`] samples.
+    pub rig_thin: usize,
+    /// Logger bins with fewer than [`Support::LOGGER_READINGS`] readings.
+    pub logger_thin: usize,
+    /// What a report says of the bins it leaves out, a line each.
+    pub notes: Vec<String>,
+}
+
+impl Support {
+    /// Samples a rig bin needs for its mean (its noise falls as 1/√n).
+    pub const RIG_SAMPLES: usize = 30;
+    /// Readings a logger bin needs for a mean with a confidence interval.
+    pub const LOGGER_READINGS: usize = 2;
+
+    /// The support of bins `bin_s` wide by a rig of rise `rig_rise_s` (None: unknown),
+    /// whose stitched profiles are `rig` and `logger`.
+    pub fn of(rig_rise_s: Option<f64>, bin_s: f64, rig: &[Point], logger: &[Point]) -> Support {
+        let thin = |p: &[Point], least: usize| p.iter().filter(|b| b.n > 0 && b.n < least).count();
+        let (rig_thin, logger_thin) = (
+            thin(rig, Self::RIG_SAMPLES),
+            thin(logger, Self::LOGGER_READINGS),
+        );
+        let rig_resolves = rig_rise_s.is_none_or(|r| bin_s >= r * (1.0 - 1e-9));
+        let mut notes = Vec::new();
+        match rig_rise_s {
+            Some(r) if !rig_resolves => notes.push(format!(
+                "rig: not drawn: bins of {:.1} µs are finer than it resolves (its 10-90 % rise {:.1} µs); take bins of {:.0} µs or wider",
+                bin_s * 1e6,
+                r * 1e6,
+                (r * 1e6).ceil()
+            )),
+            None => notes.push(
+                "rig: its rise is not recorded in the profile, so bins finer than it are not told apart".into(),
+            ),
+            _ => {}
+        }
+        if rig_thin > 0 && rig_resolves {
+            notes.push(format!(
+                "rig: {rig_thin} bins with fewer than {} samples not drawn (more runs fill them)",
+                Self::RIG_SAMPLES
+            ));
+        }
+        if logger_thin > 0 {
+            notes.push(format!(
+                "logger: {logger_thin} bins with fewer than {} readings not drawn (more runs or wider bins fill them)",
+                Self::LOGGER_READINGS
+            ));
+        }
+        Support {
+            rig_rise_s,
+            rig_resolves,
+            rig_thin,
+            logger_thin,
+            notes,
+        }
+    }
+}
+
+impl Analysis {
+    /// The analysis as a report draws it: the bins the rig or the logger does not support
+    /// ([`Analysis::support`]) emptied (their mean NaN), the rig's all of them where it
+    /// does not resolve the bins.
+    pub fn drawable(&self) -> Analysis {
+        let mut a = self.clone();
+        let blank = |p: &mut Point| {
+            p.mean_w = f64::NAN;
+            p.ci_half_w = f64::NAN;
+        };
+        for p in &mut a.rig {
+            if !self.support.rig_resolves || p.n < Support::RIG_SAMPLES {
+                blank(p);
+            }
+        }
+        for p in a
+            .logger
+            .iter_mut()
+            .filter(|p| p.n < Support::LOGGER_READINGS)
+        {
+            blank(p);
+        }
+        a
+    }
 }
 
 /// The GPU side of a run: what the analysis reads from the profile recording, and what a
@@ -213,6 +308,8 @@ pub(crate) struct GpuSide {
     pub(crate) logger: Vec<(LoggerStamp, f64)>,
     /// DVFS requests: (level, host s before, host s after).
     pub(crate) dvfs: Vec<(String, f64, f64)>,
+    /// The rig's 10-90 % rise, s, where the profile records it.
+    pub(crate) rig_rise_s: Option<f64>,
 }
 
 /// A logger reading's timestamp.
@@ -375,6 +472,7 @@ fn gpu_side(path: &Path, column: LoggerColumn) -> Result<GpuSide, AnalysisError>
         epoch_ns: r.meta.epoch_utc_ns,
         hz,
         line: settings["trigger_line"].as_u64().unwrap_or(0) as u8,
+        rig_rise_s: settings["more"]["rig_rise_s"].as_f64(),
         ..GpuSide::default()
     };
     let s = |ns: i64| (ns - g.epoch_ns) as f64 * 1e-9;
@@ -703,9 +801,11 @@ pub fn analyse(
         .filter(|e| e.kept && e.rig_energy_j.is_finite())
         .map(|e| e.rig_energy_j)
         .collect();
+    let (logger, rig) = (points(&logger), points(&rig_profile));
     Ok(Analysis {
         device: link(&device),
         gpu: link(&gpu),
+        support: Support::of(g.rig_rise_s, o.bin_s, &rig, &logger),
         executions,
         clusters: clusters
             .clusters
@@ -713,8 +813,8 @@ pub fn analyse(
             .map(|c| (c.lo, c.hi, c.indices.len()))
             .collect(),
         fixed_margin: (fixed.lo, fixed.hi, fixed.indices.len()),
-        logger: points(&logger),
-        rig: points(&rig_profile),
+        logger,
+        rig,
         rig_energy_j: kept_energy.iter().sum::<f64>() / kept_energy.len().max(1) as f64,
         sse_energy_j,
         ssp_energy_j,

@@ -89,6 +89,8 @@ pub fn render(a: &Analysis, out: &Path, opts: &Options) -> anyhow::Result<()> {
     };
     let size = (opts.width, opts.height);
     let l = Layout::new(opts.width, opts.height);
+    // The bins the rig or the logger does not support are left out, and said so.
+    let a = &a.drawable();
     crate::plot::draw_to!(out, size, |root| draw(root, a, title, &l));
     Ok(())
 }
@@ -422,7 +424,8 @@ fn profiles<DB: DrawingBackend>(
     let hi = if hi > lo { hi } else { lo + 1.0 };
     let pad = (hi - lo) * 0.06;
     let (lo, hi) = (if lo < 0.0 { lo - pad } else { lo }, hi + pad);
-    let y1 = l.with_legend(lo, hi, 3, plot_height(area, l));
+    let rows = 3 + a.support.notes.len();
+    let y1 = l.with_legend(lo, hi, rows, plot_height(area, l));
     let cut = |w: f64| w.clamp(lo, y1);
     let cut_off = |p: &Point| ci(p).is_some_and(|c| p.mean_w - c < lo || p.mean_w + c > y1);
     let axes = Axes {
@@ -536,6 +539,13 @@ fn profiles<DB: DrawingBackend>(
                 + PathElement::new([(0, -ih), (0, ih)], bar)
                 + Circle::new((0, 0), r, LOGGER.filled())
         });
+    }
+    // What is left out, and why: a legend line each.
+    for note in &a.support.notes {
+        chart
+            .draw_series(std::iter::empty::<EmptyElement<(f64, f64), DB>>())?
+            .label(note.as_str())
+            .legend(|(x, y)| EmptyElement::at((x, y)));
     }
     legend(&mut chart, l)
 }

@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-use railtrace::analysis::{Aligned, Analysis, Link, Options as AnalysisOptions, Point};
+use railtrace::analysis::{Aligned, Analysis, Link, Options as AnalysisOptions, Point, Support};
 use railtrace::report_plot::{self, Options};
 
 mod common;
@@ -33,7 +33,7 @@ fn profile(peak_w: f64, lag_bins: usize, empty: Option<usize>) -> Vec<Point> {
             let (n, mean_w) = if Some(i) == empty {
                 (0, f64::NAN)
             } else {
-                (20, if on { peak_w } else { 100.0 })
+                (40, if on { peak_w } else { 100.0 })
             };
             Point {
                 lo_s: lo,
@@ -82,14 +82,16 @@ fn analysis(trains: u64, per_train: u32) -> Analysis {
     let gpu: Vec<f64> = (0..5 * trains as usize)
         .map(|i| ((i * 104_729) % 11) as f64 * 1e-9 - 5e-9)
         .collect();
+    let (logger, rig) = (profile(300.0, 3, Some(12)), profile(480.0, 0, None));
     Analysis {
+        support: Support::of(Some(5e-6), 20e-6, &rig, &logger),
         device: link(device, 1.1e-6, 2 * trains as usize),
         gpu: link(gpu, 3e-9, trains as usize),
         executions,
         clusters: vec![(200e-6, 204e-6, n - slow), (230e-6, 230e-6, slow)],
         fixed_margin: (194e-6, 206e-6, n - slow),
-        logger: profile(300.0, 3, Some(12)),
-        rig: profile(480.0, 0, None),
+        logger,
+        rig,
         rig_energy_j: 0.1,
         sse_energy_j: None,
         ssp_energy_j: None,
@@ -324,4 +326,44 @@ fn the_command_writes_the_picture_beside_its_summary() {
     }
     let o = run(&["report", "p.arrow", "-o", "r.pdf"]);
     assert_eq!(String::from_utf8_lossy(&o.stderr).lines().count(), 1);
+}
+
+/// Bins finer than the rig's rise, and logger bins of one reading, are left out of the
+/// picture, and the legend says why.
+#[test]
+fn bins_the_rig_or_the_logger_cannot_support_are_said_not_drawn() {
+    let dir = TempDir::new("report-plot-support");
+    let svg = dir.join("report.svg");
+    let mut a = analysis(2, 10);
+    a.logger[5].n = 1;
+    a.support = Support::of(Some(31.4e-6), 20e-6, &a.rig, &a.logger);
+    assert!(
+        !a.support.rig_resolves && a.support.logger_thin == 1,
+        "{:?}",
+        a.support
+    );
+    report_plot::render(&a, &svg, &Options::default()).unwrap();
+    let t = texts(&std::fs::read_to_string(&svg).unwrap());
+    assert!(
+        has(
+            &t,
+            "rig: not drawn: bins of 20.0 µs are finer than it resolves (its 10-90 % rise 31.4 µs); take bins of 32 µs or wider"
+        ),
+        "{t:#?}"
+    );
+    assert!(
+        has(&t, "logger: 1 bins with fewer than 2 readings not drawn"),
+        "{t:#?}"
+    );
+    assert!(
+        !has(&t, "rig: total power"),
+        "the rig's profile is not drawn: {t:#?}"
+    );
+    // Drawn, they are emptied; the analysis itself keeps every bin.
+    let d = a.drawable();
+    assert!(d.rig.iter().all(|p| p.mean_w.is_nan()) && d.logger[5].mean_w.is_nan());
+    assert!(a.rig.iter().all(|p| p.mean_w.is_finite()) && a.logger[5].mean_w.is_finite());
+    // A rig that resolves the bins is drawn, and says nothing.
+    let s = Support::of(Some(5e-6), 20e-6, &a.rig, &a.rig);
+    assert!(s.rig_resolves && s.notes.is_empty(), "{s:?}");
 }

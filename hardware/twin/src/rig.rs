@@ -416,6 +416,14 @@ impl RigDescription {
             .max()
     }
 
+    /// The slowest channel's 10-90 % rise ([`RigDescription::rise_time_s`]), s: the finest
+    /// time the rig places a step to.
+    pub fn rise_s(&self) -> f64 {
+        (self.channels.iter())
+            .map(|c| self.rise_time_s(c.index))
+            .fold(0.0, f64::max)
+    }
+
     /// The 10-90 % rise of a current or voltage step through channel `index`'s chain (its
     /// sensor's bandwidth, then the ADC's input filter), s: the finest time a step can be
     /// placed to, whatever the sample rate. Simulated with the twin's exact chain on a

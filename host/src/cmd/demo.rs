@@ -92,11 +92,7 @@ impl Resolution {
     const SAMPLES: f64 = 30.0;
 
     fn of(rig: &railtrace_twin::rig::RigDescription, rate_hz: u32, runs: usize) -> Resolution {
-        let rise_s = rig
-            .channels
-            .iter()
-            .map(|c| rig.rise_time_s(c.index))
-            .fold(0.0, f64::max);
+        let rise_s = rig.rise_s();
         let per_s = f64::from(rate_hz) * runs as f64;
         let finest_s = (rise_s.max(Self::SAMPLES / per_s) * 1e6 - 1e-9).ceil() * 1e-6;
         Resolution {
@@ -209,6 +205,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             bin_s,
             scenario: args.scenario.clone(),
             rig: args.rig.clone(),
+            rig_rise_s: Some(rig.rise_s()),
             target_error: None,
         },
         &plan,

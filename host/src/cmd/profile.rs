@@ -158,7 +158,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let twin = railtrace_twin::Twin::start(&loaded).context("the twin did not start")?;
             let gpu = TwinGpu::new(&twin);
             let result = profile(
-                &run_of(&args),
+                &Run {
+                    rig_rise_s: Some(loaded.rig.rise_s()),
+                    ..run_of(&args)
+                },
                 &plan,
                 twin.path(),
                 &mut gpu.runner(args.seed),
@@ -299,6 +302,9 @@ pub struct Run {
     pub scenario: Option<PathBuf>,
     /// The twin's rig file, if one was given.
     pub rig: Option<PathBuf>,
+    /// The rig's 10-90 % rise (its sensors and ADC filter), s, where its description is
+    /// known: kept in the profile, so that a report draws no bin finer than it.
+    pub rig_rise_s: Option<f64>,
     /// The keep-running target, for the summary line.
     pub target_error: Option<(f64, f64)>,
 }
@@ -310,6 +316,7 @@ fn run_of(args: &Args) -> Run {
         bin_s: args.bin_us * 1e-6,
         scenario: args.scenario.clone(),
         rig: args.rig.clone(),
+        rig_rise_s: None,
         target_error: args.target_error.map(|e| (e, args.confidence)),
     }
 }
@@ -346,6 +353,7 @@ pub fn profile(
                 "rig": args.rig.as_ref().map(|p| p.display().to_string()),
                 "rig_recording": rig_out.display().to_string(),
                 "rig_port": port.display().to_string(),
+                "rig_rise_s": args.rig_rise_s,
             }),
             |n| {
                 bar.set_position(n.runs as u64);

@@ -79,6 +79,9 @@ fn summary(a: &Analysis) -> String {
         peak(&a.rig),
         a.rig_energy_j * 1e3
     );
+    for note in &a.support.notes {
+        s += &format!("support   {note}\n");
+    }
     s
 }
 
