@@ -11,7 +11,7 @@ use railtrace_calibration::align::{fit_brackets, Bracket};
 use crate::analysis::{gpu_view, GpuSide, LoggerStamp};
 use crate::gpu::{host_now_ns, ExecutionRecord, GpuError, GpuRunner, Launch, PowerLogger, Stamp};
 use crate::recording::{Event, Meta, RecordingError, Writer, FORMAT_VERSION};
-use crate::trigger::{Driven, TriggerError, TriggerOut};
+use crate::trigger::{Driven, Quiet, TriggerError, TriggerOut};
 
 /// Why a profiling run failed.
 #[derive(Debug, thiserror::Error)]
@@ -325,23 +325,6 @@ pub fn acquire(
     let n = out.n.clone();
     out.w.finish()?;
     Ok(n)
-}
-
-/// A trigger output that drives nothing (the preheat's trains are not profiled).
-struct Quiet;
-
-impl TriggerOut for Quiet {
-    fn describe(&self) -> String {
-        "no trigger".into()
-    }
-    fn set(&mut self, high: bool) -> Result<Driven, TriggerError> {
-        let now = host_now_ns();
-        Ok(Driven {
-            high,
-            host_before_ns: now,
-            host_after_ns: now,
-        })
-    }
 }
 
 /// Runs `launch`'s kernel back to back (at its DVFS level) until `seconds` of execution

@@ -17,8 +17,9 @@ use railtrace::trigger::TriggerOut;
 /// clock, its own power logger and the rig's capture of the same run.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The GPU: `twin` (the digital twin's, with its rig; no hardware needed), or `rocm`
-    /// (an AMD GPU through HIP; built with --features rocm) with the rig on --port.
+    /// The GPU: `twin` (the digital twin's, with its rig; no hardware needed), `rocm`
+    /// (an AMD GPU through HIP; built with --features rocm) or `cuda` (an NVIDIA GPU
+    /// through the CUDA driver; built with --features cuda,nvml), with the rig on --port.
     #[arg(long, default_value = "twin")]
     gpu: String,
     /// The rig's serial port (with a real GPU; the twin brings its own rig).
@@ -27,10 +28,11 @@ pub struct Args {
     /// The GPU's index (with a real GPU).
     #[arg(long)]
     device: Option<usize>,
-    /// The GPU's own power logger (with an AMD GPU): `hwmon` (power1_average/input,
-    /// host-stamped) or `gpu-metrics`.
-    #[arg(long, default_value = "hwmon")]
-    logger: String,
+    /// The GPU's own power logger: with an AMD GPU `hwmon` (power1_average/input,
+    /// host-stamped; the default) or `gpu-metrics`; with an NVIDIA GPU `nvml` (the
+    /// default).
+    #[arg(long)]
+    logger: Option<String>,
     /// The DRM card of --logger (/sys/class/drm/cardN); the first amdgpu when not given.
     #[arg(long)]
     card: Option<usize>,
@@ -172,54 +174,85 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             result
         }
         #[cfg(feature = "rocm")]
-        "rocm" => {
-            let port = args
-                .port
-                .as_deref()
-                .ok_or_else(|| anyhow::anyhow!("--gpu rocm needs --port, the rig's serial port"))?;
-            let mut runner = railtrace::gpu::rocm::RocmRunner::open(args.device)?;
-            let mut logger = open_logger(&args)?;
-            let mut trigger = open_trigger(&args)?;
-            profile(
-                &run_of(&args),
-                &plan,
-                port,
-                &mut runner,
-                &mut *logger,
-                &mut *trigger,
+        "rocm" => real_gpu(
+            &args,
+            &plan,
+            &mut railtrace::gpu::rocm::RocmRunner::open(args.device)?,
+        ),
+        #[cfg(feature = "cuda")]
+        "cuda" => real_gpu(
+            &args,
+            &plan,
+            &mut railtrace::gpu::cuda::CudaRunner::open(args.device)?,
+        ),
+        other => {
+            let built: Vec<&str> = [
+                ("twin", true),
+                ("rocm", cfg!(feature = "rocm")),
+                ("cuda", cfg!(feature = "cuda")),
+            ]
+            .iter()
+            .filter(|(_, b)| *b)
+            .map(|(g, _)| *g)
+            .collect();
+            anyhow::bail!(
+                "--gpu {other}: this railtrace drives {} (build with --features rocm for AMD GPUs, --features cuda,nvml for NVIDIA GPUs)",
+                built.join(", ")
             )
         }
-        other => anyhow::bail!(
-            "--gpu {other}: this railtrace drives {} (build with --features rocm for AMD GPUs)",
-            if cfg!(feature = "rocm") {
-                "`twin` and `rocm`"
-            } else {
-                "`twin`"
-            }
-        ),
     }
 }
 
+/// A profiling run on a real GPU's `runner`, with the rig on `--port`, the logger of
+/// `--logger` and the trigger output of `--trigger`.
+#[cfg(any(feature = "rocm", feature = "cuda"))]
+fn real_gpu(args: &Args, plan: &Plan, runner: &mut dyn GpuRunner) -> anyhow::Result<()> {
+    let port = args
+        .port
+        .as_deref()
+        .ok_or_else(|| anyhow::anyhow!("--gpu {} needs --port, the rig's serial port", args.gpu))?;
+    let mut logger = open_logger(args)?;
+    let mut trigger = open_trigger(args)?;
+    profile(
+        &run_of(args),
+        plan,
+        port,
+        runner,
+        &mut *logger,
+        &mut *trigger,
+    )
+}
+
 /// The GPU's logger named by `--logger`.
-#[cfg(feature = "rocm")]
+#[cfg(any(feature = "rocm", feature = "cuda"))]
 fn open_logger(args: &Args) -> anyhow::Result<Box<dyn PowerLogger>> {
     let root = std::path::Path::new("/");
-    Ok(match args.logger.as_str() {
+    let default = if args.gpu == "cuda" { "nvml" } else { "hwmon" };
+    Ok(match args.logger.as_deref().unwrap_or(default) {
+        #[cfg(feature = "nvml")]
+        "nvml" => Box::new(railtrace::gpu::nvml::NvmlLogger::open(
+            args.device.unwrap_or(0) as u32,
+        )?),
         "hwmon" => Box::new(railtrace::gpu::hwmon::HwmonLogger::open(root, args.card)?),
         "gpu-metrics" => Box::new(railtrace::gpu::gpu_metrics::GpuMetricsLogger::open(
             root, args.card,
         )?),
-        other => anyhow::bail!("--logger {other}: `hwmon` or `gpu-metrics`"),
+        other => anyhow::bail!(
+            "--logger {other}: `hwmon` or `gpu-metrics` (AMD), `nvml` (NVIDIA; built with --features nvml)"
+        ),
     })
 }
 
 /// The trigger output named by `--trigger`: `serial:PATH:rts|dtr` or `gpio:CHIP:LINE`,
 /// with `:active-low` after either.
-#[cfg(feature = "rocm")]
+#[cfg(any(feature = "rocm", feature = "cuda"))]
 fn open_trigger(args: &Args) -> anyhow::Result<Box<dyn TriggerOut>> {
     use railtrace::trigger::serial::{Line, SerialTrigger};
     let spec = args.trigger.as_deref().ok_or_else(|| {
-        anyhow::anyhow!("--gpu rocm needs --trigger serial:PATH:rts|dtr or gpio:CHIP:LINE")
+        anyhow::anyhow!(
+            "--gpu {} needs --trigger serial:PATH:rts|dtr or gpio:CHIP:LINE",
+            args.gpu
+        )
     })?;
     let (spec, active_high) = match spec.strip_suffix(":active-low") {
         Some(s) => (s, false),

@@ -11,6 +11,8 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub mod amd_dvfs;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod gpu_metrics;
 pub mod hwmon;
 #[cfg(feature = "nvml")]
