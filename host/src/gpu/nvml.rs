@@ -2,18 +2,26 @@
 //! crate, which loads `libnvidia-ml.so.1` at run time: this builds without an NVIDIA
 //! driver, and [`NvmlLogger::open`] then fails with [`GpuError::NotFound`].
 //!
-//! Each poll asks `nvmlDeviceGetFieldValues` for `NVML_FI_DEV_POWER_AVERAGE` (185: "GPU
-//! power averaged over 1 sec interval", Ampere except GA100 and newer) and
-//! `NVML_FI_DEV_POWER_INSTANT` (186: "Current GPU power", all architectures), in mW like
-//! `nvmlDeviceGetPowerUsage`. Each field value carries NVML's timestamp of the value: the
-//! CPU time, µs since 1970 (`nvmlFieldValue_t::timestamp`), which becomes
-//! [`Stamp::Own`] at 1 MHz. Where the driver supports neither field,
-//! `nvmlDeviceGetPowerUsage` is the fallback: it has no timestamp, so those readings are
-//! stamped with the host time at the middle of the call ([`Stamp::HostNs`]).
+//! The logger reads, in this order of preference, whichever the GPU supports (the
+//! choice is made at open and named by [`PowerLogger::describe`], so a profile's
+//! settings say which it was):
+//! 1. **the driver's own buffer of power samples** (`nvmlDeviceGetSamples` with
+//!    `NVML_TOTAL_POWER_SAMPLES`): the internal logger as the driver records it, each
+//!    sample with its timestamp (CPU time, µs since 1970), every sample newer than the
+//!    last one read, so that nothing is aliased by railtrace's own polling;
+//! 2. **the power fields** (`nvmlDeviceGetFieldValues`): `NVML_FI_DEV_POWER_AVERAGE` (185:
+//!    "GPU power averaged over 1 sec interval", Ampere except GA100 and newer) and
+//!    `NVML_FI_DEV_POWER_INSTANT` (186: "Current GPU power", all architectures), in mW,
+//!    each value with NVML's timestamp of it;
+//! 3. **`nvmlDeviceGetPowerUsage`**, which has no timestamp: those readings are stamped
+//!    with the host time at the middle of the call ([`Stamp::HostNs`]).
+//!
+//! NVML's timestamps become [`Stamp::Own`] at 1 MHz.
 
+use nvml_wrapper::enum_wrappers::device::Sampling;
 use nvml_wrapper::enums::device::SampleValue;
 use nvml_wrapper::error::NvmlError;
-use nvml_wrapper::struct_wrappers::device::FieldValueSample;
+use nvml_wrapper::struct_wrappers::device::{FieldValueSample, Sample};
 use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::sys_exports::field_id::{NVML_FI_DEV_POWER_AVERAGE, NVML_FI_DEV_POWER_INSTANT};
 use nvml_wrapper::Nvml;
@@ -28,14 +36,37 @@ const FIELDS: [FieldId; 2] = [
     FieldId(NVML_FI_DEV_POWER_INSTANT),
 ];
 
+/// Where an [`NvmlLogger`] reads the power from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The driver's power sample buffer (`nvmlDeviceGetSamples`).
+    Samples,
+    /// The average and instant power fields (`nvmlDeviceGetFieldValues`).
+    Fields,
+    /// `nvmlDeviceGetPowerUsage`, host-stamped.
+    PowerUsage,
+}
+
+impl Source {
+    /// The NVML call, for people.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Source::Samples => "NVML's power sample buffer",
+            Source::Fields => "NVML power fields",
+            Source::PowerUsage => "nvmlDeviceGetPowerUsage",
+        }
+    }
+}
+
 /// One NVIDIA GPU's power readings.
 #[derive(Debug)]
 pub struct NvmlLogger {
     nvml: Nvml,
     index: u32,
     name: String,
-    /// Whether the power fields work (else `nvmlDeviceGetPowerUsage`).
-    fields: bool,
+    source: Source,
+    /// The newest sample read from the buffer, µs (NVML's timestamp).
+    last_sample_us: u64,
 }
 
 impl NvmlLogger {
@@ -51,25 +82,44 @@ impl NvmlLogger {
             e => error(&what, e),
         })?;
         let name = device.name().map_err(|e| error(&what, e))?;
-        let fields = device
+        // The buffer's samples so far are before the run: reading starts after them.
+        let buffered = device.samples(Sampling::Power, None).ok();
+        let last_sample_us = (buffered.iter().flatten())
+            .map(|s| s.timestamp)
+            .max()
+            .unwrap_or(0);
+        let source = if buffered.is_some_and(|b| !b.is_empty()) {
+            Source::Samples
+        } else if device
             .field_values_for(&FIELDS)
-            .is_ok_and(|values| from_fields(values, 0).is_some());
+            .is_ok_and(|values| from_fields(values, 0).is_some())
+        {
+            Source::Fields
+        } else {
+            Source::PowerUsage
+        };
         Ok(NvmlLogger {
             nvml,
             index,
             name,
-            fields,
+            source,
+            last_sample_us,
         })
     }
 
-    /// Reads the power once.
+    /// Where the readings come from.
+    pub fn source(&self) -> Source {
+        self.source
+    }
+
+    /// Reads the power once (from the fields, else `nvmlDeviceGetPowerUsage`).
     pub fn read(&self) -> Result<LoggerReading, GpuError> {
         let what = format!("NVIDIA GPU {}", self.index);
         let device = self
             .nvml
             .device_by_index(self.index)
             .map_err(|e| error(&what, e))?;
-        if self.fields {
+        if self.source == Source::Fields {
             let values = device.field_values_for(&FIELDS);
             let after = host_now_ns();
             let values = values.map_err(|e| error(&what, e))?;
@@ -91,16 +141,29 @@ impl NvmlLogger {
 
 impl PowerLogger for NvmlLogger {
     fn describe(&self) -> String {
-        let how = if self.fields {
-            "NVML power fields"
-        } else {
-            "nvmlDeviceGetPowerUsage"
-        };
-        format!("NVIDIA GPU {} {} ({how})", self.index, self.name)
+        format!(
+            "NVIDIA GPU {} {} ({})",
+            self.index,
+            self.name,
+            self.source.describe()
+        )
     }
 
     fn poll(&mut self) -> Result<Vec<LoggerReading>, GpuError> {
-        Ok(vec![self.read()?])
+        if self.source != Source::Samples {
+            return Ok(vec![self.read()?]);
+        }
+        let what = format!("NVIDIA GPU {}", self.index);
+        let device = self
+            .nvml
+            .device_by_index(self.index)
+            .map_err(|e| error(&what, e))?;
+        let samples = device
+            .samples(Sampling::Power, self.last_sample_us)
+            .map_err(|e| error(&what, e))?;
+        let (readings, last) = from_samples(samples, self.last_sample_us, host_now_ns());
+        self.last_sample_us = last;
+        Ok(readings)
     }
 }
 
@@ -131,6 +194,36 @@ fn from_fields(
         instant_w: instant.map(|(w, _)| w),
         temperature_c: None,
     })
+}
+
+/// The buffer's samples newer than `last_us` as readings, oldest first, and the newest
+/// timestamp now read; `host_ns` is when they were fetched. A sample whose value is not a
+/// number of mW is left out.
+fn from_samples(samples: Vec<Sample>, last_us: u64, host_ns: i64) -> (Vec<LoggerReading>, u64) {
+    let mut fresh: Vec<(u64, f64)> = (samples.into_iter())
+        .filter(|s| s.timestamp > last_us)
+        .filter_map(|s| {
+            let mw = match s.value {
+                SampleValue::U32(x) => f64::from(x),
+                SampleValue::U64(x) => x as f64,
+                SampleValue::I64(x) => x as f64,
+                SampleValue::F64(x) => x,
+            };
+            mw.is_finite().then_some((s.timestamp, mw))
+        })
+        .collect();
+    fresh.sort_by_key(|s| s.0);
+    let last = fresh.last().map_or(last_us, |s| s.0);
+    let readings = (fresh.into_iter())
+        .map(|(ticks, mw)| LoggerReading {
+            stamp: Stamp::Own { ticks, hz: NVML_HZ },
+            host_ns,
+            power_w: mw * 1e-3,
+            instant_w: None,
+            temperature_c: None,
+        })
+        .collect();
+    (readings, last)
 }
 
 /// An NVML error about `what` as a [`GpuError`].
@@ -211,6 +304,42 @@ mod tests {
         assert!(from_fields(values, 0).is_none());
     }
 
+    /// The driver's buffer, as NVML hands it back: unordered, with samples already read.
+    #[test]
+    fn buffered_samples_newer_than_the_last_read_in_order() {
+        let s = |timestamp, mw| Sample {
+            timestamp,
+            value: SampleValue::U32(mw),
+        };
+        let samples = vec![s(3_000, 300_500), s(1_000, 100_000), s(2_000, 250_250)];
+        let (r, last) = from_samples(samples, 1_000, 9);
+        assert_eq!(last, 3_000);
+        let got: Vec<(Stamp, f64)> = r.iter().map(|r| (r.stamp, r.power_w)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (
+                    Stamp::Own {
+                        ticks: 2_000,
+                        hz: 1e6
+                    },
+                    250.25
+                ),
+                (
+                    Stamp::Own {
+                        ticks: 3_000,
+                        hz: 1e6
+                    },
+                    300.5
+                ),
+            ]
+        );
+        assert!(r.iter().all(|r| r.host_ns == 9 && r.instant_w.is_none()));
+        // Nothing new: no readings, and the last stays.
+        let (r, last) = from_samples(vec![s(3_000, 1)], 3_000, 0);
+        assert!(r.is_empty() && last == 3_000);
+    }
+
     /// Without an NVIDIA driver, opening fails cleanly; with one, a reading comes back.
     #[test]
     fn open_without_or_with_a_driver() {
@@ -220,9 +349,17 @@ mod tests {
             }
             Err(e) => panic!("not a clean NotFound: {e}"),
             Ok(mut logger) => {
-                let r = logger.poll().unwrap();
+                // The buffer may hold nothing newer yet: a second is many samples.
+                let mut r = Vec::new();
+                for _ in 0..100 {
+                    r = logger.poll().unwrap();
+                    if !r.is_empty() {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
                 println!("{}: {:?}", logger.describe(), r);
-                assert!(r[0].power_w > 0.0);
+                assert!(r.first().is_some_and(|r| r.power_w > 0.0), "{r:?}");
             }
         }
     }
