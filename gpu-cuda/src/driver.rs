@@ -238,6 +238,27 @@ impl Gpu {
 mod tests {
     use super::*;
 
+    /// Where NVRTC loads (a GPU machine, or one with NVIDIA's `nvidia-cuda-nvrtc-cu12`
+    /// wheel's lib directory on `LD_LIBRARY_PATH`, as CI has), the kernels compile, no GPU
+    /// needed, and their PTX reads the GPU's nanosecond clock.
+    #[test]
+    fn the_kernels_compile_with_nvrtc() {
+        // SAFETY: as in `driver_present`: only opens and closes the library.
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            println!("SKIPPED (no libnvrtc)");
+            return;
+        }
+        let ptx = cudarc::nvrtc::compile_ptx(KERNELS_CU).unwrap().to_src();
+        for entry in [".entry two_phase(", ".entry read_timer("] {
+            assert!(ptx.contains(entry), "{entry} not in the PTX");
+        }
+        assert!(
+            ptx.contains("%globaltimer"),
+            "the PTX does not read %globaltimer"
+        );
+        assert!(ptx.contains("atom.global.min.u64") && ptx.contains("atom.global.max.u64"));
+    }
+
     /// Where the driver is missing (every CI machine), one error naming it; where a GPU
     /// is there, a short train of each kernel, each execution's span in order.
     #[test]
