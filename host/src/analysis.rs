@@ -98,6 +98,22 @@ pub struct Link {
     pub residuals_s: Vec<f64>,
 }
 
+impl Link {
+    /// No link: a run without the clock it would map (a profile without a rig).
+    pub fn none() -> Link {
+        Link {
+            x0_s: f64::NAN,
+            offset_s: f64::NAN,
+            slope: f64::NAN,
+            rate_error_ppm: f64::NAN,
+            rms_s: f64::NAN,
+            used: 0,
+            outliers: 0,
+            residuals_s: Vec::new(),
+        }
+    }
+}
+
 fn link(fit: &Fit) -> Link {
     Link {
         x0_s: fit.map.x0,
@@ -266,6 +282,12 @@ impl Support {
 }
 
 impl Analysis {
+    /// Whether a rig captured the run (its clock is linked to the host's by its trigger
+    /// edges): without one, only the GPU's logger was recorded.
+    pub fn has_rig(&self) -> bool {
+        self.device.used > 0
+    }
+
     /// The analysis as a report draws it: the bins the rig or the logger does not support
     /// ([`Analysis::support`]) emptied (their mean NaN), the rig's all of them where it
     /// does not resolve the bins.
@@ -310,6 +332,8 @@ pub(crate) struct GpuSide {
     pub(crate) dvfs: Vec<(String, f64, f64)>,
     /// The rig's 10-90 % rise, s, where the profile records it.
     pub(crate) rig_rise_s: Option<f64>,
+    /// Whether a rig captured the run (a profile names its recording).
+    pub(crate) rig_recorded: bool,
 }
 
 /// A logger reading's timestamp.
@@ -473,6 +497,9 @@ fn gpu_side(path: &Path, column: LoggerColumn) -> Result<GpuSide, AnalysisError>
         hz,
         line: settings["trigger_line"].as_u64().unwrap_or(0) as u8,
         rig_rise_s: settings["more"]["rig_rise_s"].as_f64(),
+        // Profiles written before runs without a rig were possible always had one.
+        rig_recorded: !settings["more"]["rig_recording"].is_null()
+            || settings["more"].get("rig_recording").is_none(),
         ..GpuSide::default()
     };
     let s = |ns: i64| (ns - g.epoch_ns) as f64 * 1e-9;
@@ -733,28 +760,34 @@ pub fn analyse(
     // Device ↔ host, from the trigger edges; then the rig's samples on the host's
     // timeline, read a batch at a time: each execution's energy, and the rig's profile
     // stitched onto the kept executions.
-    let edges = rig_side(rig_reader(rig_path, false)?, g.line, g.epoch_ns, None)?;
-    let device = device_link(&g, &edges, o)?;
-    let windows: Vec<(f64, f64)> = execs.iter().map(|x| (x.start, x.end)).collect();
-    let mut energy = WindowEnergies::new(&windows);
-    let mut rig_bins = ProfileAccumulator::new(o.bin_s, o.confidence).map_err(|e| math(&e))?;
-    let mut follow = Following::new(&execs, &kept, o.horizon_s);
-    rig_side(
-        rig_reader(rig_path, true)?,
-        g.line,
-        g.epoch_ns,
-        Some(&mut |d, w| {
-            let (t, w) = (device.map.apply(d), f64::from(w));
-            energy.push(t, w);
-            if let Some(toi) = follow.toi(t) {
-                rig_bins.push(toi, w);
-            }
-            Ok(())
-        }),
-    )?;
-    let energies = energy.finish();
+    // A run without a rig has the logger's readings alone.
+    let (device, energies, rig_profile) = if g.rig_recorded {
+        let edges = rig_side(rig_reader(rig_path, false)?, g.line, g.epoch_ns, None)?;
+        let device = device_link(&g, &edges, o)?;
+        let windows: Vec<(f64, f64)> = execs.iter().map(|x| (x.start, x.end)).collect();
+        let mut energy = WindowEnergies::new(&windows);
+        let mut rig_bins = ProfileAccumulator::new(o.bin_s, o.confidence).map_err(|e| math(&e))?;
+        let mut follow = Following::new(&execs, &kept, o.horizon_s);
+        rig_side(
+            rig_reader(rig_path, true)?,
+            g.line,
+            g.epoch_ns,
+            Some(&mut |d, w| {
+                let (t, w) = (device.map.apply(d), f64::from(w));
+                energy.push(t, w);
+                if let Some(toi) = follow.toi(t) {
+                    rig_bins.push(toi, w);
+                }
+                Ok(())
+            }),
+        )?;
+        let rig_profile = rig_bins.finish().map_err(|e| math(&e))?;
+        (link(&device), energy.finish(), rig_profile)
+    } else {
+        (Link::none(), vec![f64::NAN; execs.len()], Vec::new())
+    };
     // Power settling over trains (SSE → SSP), where trains are long enough to see it.
-    let settling = if g.executions.iter().any(|e| e.3 >= 8) {
+    let settling = if g.rig_recorded && g.executions.iter().any(|e| e.3 >= 8) {
         let (u, p): (Vec<f64>, Vec<f64>) = positions
             .iter()
             .zip(energies.iter().zip(&durations))
@@ -769,7 +802,6 @@ pub fn analyse(
     let settle_s = settling.map_or(o.settle_s, |s| s.settle_s);
     let regimes = classify(&positions, settle_s);
     let logger = profile(&stitched, o.bin_s, o.confidence).map_err(|e| math(&e))?;
-    let rig_profile = rig_bins.finish().map_err(|e| math(&e))?;
     let executions: Vec<Aligned> = g
         .executions
         .iter()
@@ -802,10 +834,16 @@ pub fn analyse(
         .map(|e| e.rig_energy_j)
         .collect();
     let (logger, rig) = (points(&logger), points(&rig_profile));
+    let mut support = Support::of(g.rig_rise_s, o.bin_s, &rig, &logger);
+    if !g.rig_recorded {
+        support.notes = vec![
+            "no rig: the logger's profile is its raw readings, not deconvolved, and nothing holds it against the power drawn".into(),
+        ];
+    }
     Ok(Analysis {
-        device: link(&device),
+        device,
         gpu: link(&gpu),
-        support: Support::of(g.rig_rise_s, o.bin_s, &rig, &logger),
+        support,
         executions,
         clusters: clusters
             .clusters
@@ -815,7 +853,11 @@ pub fn analyse(
         fixed_margin: (fixed.lo, fixed.hi, fixed.indices.len()),
         logger,
         rig,
-        rig_energy_j: kept_energy.iter().sum::<f64>() / kept_energy.len().max(1) as f64,
+        rig_energy_j: if kept_energy.is_empty() {
+            f64::NAN
+        } else {
+            kept_energy.iter().sum::<f64>() / kept_energy.len() as f64
+        },
         sse_energy_j,
         ssp_energy_j,
         settling_tau_s: settling.map(|s| s.tau_s),
@@ -913,9 +955,15 @@ pub fn reduced_timeline(
     mut progress: impl FnMut(u64),
 ) -> Result<Reduced, AnalysisError> {
     let math = |e: &dyn std::fmt::Display| AnalysisError::Math(format!("the rig's samples: {e}"));
+    let g = gpu_side(profile_path, o.logger_column)?;
+    if !g.rig_recorded {
+        return Err(AnalysisError::Missing(format!(
+            "{}: recorded without a rig; a logger is identified against the rig's capture of its run",
+            profile_path.display()
+        )));
+    }
     let reader = rig_reader(rig_path, true)?;
     let rate_hz = (reader.meta.settings.as_ref()).and_then(|s| s["sample_rate_hz"].as_f64());
-    let g = gpu_side(profile_path, o.logger_column)?;
     let gpu = gpu_link(&g, o)?;
     let (logger_t, logger_w): (Vec<f64>, Vec<f64>) = logger_readings(&g, &gpu)
         .iter()

@@ -334,17 +334,26 @@ fn subtitle(a: &Analysis) -> String {
         .len();
     let kept = a.executions.iter().filter(|e| e.kept).count();
     let o = &a.options;
+    let rig = if a.has_rig() {
+        format!(
+            "rig energy {:.3} mJ per kept execution; clock rate errors: device {:+.2} ppm, GPU {:+.2} ppm",
+            a.rig_energy_j * 1e3,
+            a.device.rate_error_ppm,
+            a.gpu.rate_error_ppm
+        )
+    } else {
+        format!(
+            "no rig (the logger alone); clock rate error: GPU {:+.2} ppm",
+            a.gpu.rate_error_ppm
+        )
+    };
     format!(
-        "{} in {}, {kept} kept; profile bins {:.0} µs, horizon {:.1} ms, {:.0} % confidence; \
-         rig energy {:.3} mJ per kept execution; clock rate errors: device {:+.2} ppm, GPU {:+.2} ppm",
+        "{} in {}, {kept} kept; profile bins {:.0} µs, horizon {:.1} ms, {:.0} % confidence; {rig}",
         plural(a.executions.len(), "execution"),
         plural(trains, "train"),
         o.bin_s * 1e6,
         o.horizon_s * 1e3,
         o.confidence * 100.0,
-        a.rig_energy_j * 1e3,
-        a.device.rate_error_ppm,
-        a.gpu.rate_error_ppm
     )
 }
 
@@ -559,6 +568,17 @@ fn sse_ssp<DB: DrawingBackend>(
 ) -> Drawn<DB> {
     let iw = l.icon().0;
     let caption = "SSE vs SSP: each execution's mean rig power (energy / duration)";
+    if !a.has_rig() {
+        return message(
+            area,
+            caption,
+            &[
+                "No rig: no execution's energy was measured, so SSE and SSP are not told apart."
+                    .into(),
+            ],
+            l,
+        );
+    }
     let mut train_start: HashMap<u64, f64> = HashMap::new();
     for e in &a.executions {
         let s = train_start.entry(e.train).or_insert(e.start_s);
@@ -901,23 +921,32 @@ fn residuals<DB: DrawingBackend>(
     let (top, bottom) = area.split_vertically(area.dim_in_pixel().1 / 2);
     let bottom = bottom.margin(l.px(8), 0, 0, 0);
     let d = &a.device;
-    residual_chart(
-        &top,
-        "Alignment residuals: device (rig) clock → host, per trigger edge",
-        "trigger edge number",
-        &d.residuals_s,
-        &|rms| {
-            format!(
-                "device→host: {}, RMS {rms} ({} used, {})",
-                plural(d.residuals_s.len(), "edge"),
-                d.used,
-                plural(d.outliers, "outlier")
-            )
-        },
-        d.rms_s,
-        DEVICE,
-        l,
-    )?;
+    if !a.has_rig() {
+        message(
+            &top,
+            "Alignment residuals: device (rig) clock → host, per trigger edge",
+            &["No rig: no trigger edges to align its clock by.".into()],
+            l,
+        )?;
+    } else {
+        residual_chart(
+            &top,
+            "Alignment residuals: device (rig) clock → host, per trigger edge",
+            "trigger edge number",
+            &d.residuals_s,
+            &|rms| {
+                format!(
+                    "device→host: {}, RMS {rms} ({} used, {})",
+                    plural(d.residuals_s.len(), "edge"),
+                    d.used,
+                    plural(d.outliers, "outlier")
+                )
+            },
+            d.rms_s,
+            DEVICE,
+            l,
+        )?;
+    }
     let g = &a.gpu;
     residual_chart(
         &bottom,

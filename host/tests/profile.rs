@@ -408,3 +408,42 @@ fn correct_undoes_the_twins_box_logger_and_keeps_the_energy() {
         ["t_s", "logger_w", "corrected_w", "lo_w", "hi_w", "rig_w"]
     );
 }
+
+/// A run without a rig, as a bench without one records it: the logger's stitched profile
+/// alone, reported as raw readings with nothing to hold them against; a logger cannot be
+/// identified from it, and the command says so in one line.
+#[test]
+fn a_run_without_a_rig_is_the_loggers_profile_alone() {
+    use std::process::Command;
+    let dir = TempDir::new("profile-no-rig");
+    let railtrace = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_railtrace"))
+            .current_dir(&dir.0)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let o = railtrace(&["profile", "--runs", "80", "--no-rig", "-o", "nr.arrow"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("no rig: the logger's readings alone"), "{err}");
+    assert!(!dir.join("nr.rig.arrow").exists());
+    let o = railtrace(&["report", "nr.arrow", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let a: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(a["device"]["used"], 0);
+    assert!(a["rig"].as_array().unwrap().is_empty());
+    let filled = (a["logger"].as_array().unwrap().iter())
+        .filter(|p| p["n"].as_u64().unwrap_or(0) > 0)
+        .count();
+    assert!(filled > 20, "{filled} logger bins");
+    let notes = a["support"]["notes"].to_string();
+    assert!(notes.contains("no rig") && notes.contains("not deconvolved"), "{notes}");
+    let o = railtrace(&["report", "nr.arrow"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("device→host: no rig"), "{text}");
+    let o = railtrace(&["calibrate", "logger", "nr.arrow", "-o", "l.toml"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("recorded without a rig"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}

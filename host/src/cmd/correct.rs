@@ -273,16 +273,23 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&figures)?);
     }
+    let against = if a.has_rig() {
+        format!(
+            "the rig's {:.3} mJ ({:+.2} %)",
+            a.rig_energy_j * 1e3,
+            (d.energy_j / a.rig_energy_j - 1.0) * 100.0
+        )
+    } else {
+        "no rig to hold it against".into()
+    };
     eprintln!(
-        "railtrace correct: {} family, idle {:.1} W; energy per execution {:.3} mJ ({:.3}-{:.3} at {:.0} %), the rig's {:.3} mJ ({:+.2} %); {} segments, λ {:.3e} ({}) -> {}",
+        "railtrace correct: {} family, idle {:.1} W; energy per execution {:.3} mJ ({:.3}-{:.3} at {:.0} %), {against}; {} segments, λ {:.3e} ({}) -> {}",
         model.family,
         idle,
         d.energy_j * 1e3,
         d.energy_lo_j * 1e3,
         d.energy_hi_j * 1e3,
         d.confidence * 100.0,
-        a.rig_energy_j * 1e3,
-        (d.energy_j / a.rig_energy_j - 1.0) * 100.0,
         d.segments,
         d.lambda,
         d.rule,

@@ -209,7 +209,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             target_error: None,
         },
         &plan,
-        twin.path(),
+        Some(twin.path()),
         &mut gpu.runner(args.seed),
         &mut gpu.logger(),
         &mut TwinTrigger::new(&twin, 0),

@@ -22,9 +22,14 @@ pub struct Args {
     /// through the CUDA driver; built with --features cuda,nvml), with the rig on --port.
     #[arg(long, default_value = "twin")]
     gpu: String,
-    /// The rig's serial port (with a real GPU; the twin brings its own rig).
+    /// The rig's serial port (with a real GPU; the twin brings its own rig). Without it a
+    /// real GPU's run records the logger's readings alone, not deconvolved.
     #[arg(long)]
     port: Option<PathBuf>,
+    /// Record the GPU's logger alone, without the rig (as a bench without one does; with
+    /// a real GPU, leave out --port).
+    #[arg(long)]
+    no_rig: bool,
     /// The GPU's index (with a real GPU).
     #[arg(long)]
     device: Option<usize>,
@@ -165,7 +170,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     ..run_of(&args)
                 },
                 &plan,
-                twin.path(),
+                (!args.no_rig).then(|| twin.path()),
                 &mut gpu.runner(args.seed),
                 &mut gpu.logger(),
                 &mut TwinTrigger::new(&twin, args.trigger_line),
@@ -204,15 +209,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// A profiling run on a real GPU's `runner`, with the rig on `--port`, the logger of
-/// `--logger` and the trigger output of `--trigger`.
+/// `--logger` and the trigger output of `--trigger`; without `--port`, the logger's
+/// readings alone (no rig, no trigger).
 #[cfg(any(feature = "rocm", feature = "cuda"))]
 fn real_gpu(args: &Args, plan: &Plan, runner: &mut dyn GpuRunner) -> anyhow::Result<()> {
-    let port = args
-        .port
-        .as_deref()
-        .ok_or_else(|| anyhow::anyhow!("--gpu {} needs --port, the rig's serial port", args.gpu))?;
     let mut logger = open_logger(args)?;
-    let mut trigger = open_trigger(args)?;
+    let mut trigger: Box<dyn TriggerOut> = match &args.port {
+        Some(_) => open_trigger(args)?,
+        None => {
+            eprintln!(
+                "railtrace profile: no --port: the GPU's logger alone, without a rig (its profile is not deconvolved)"
+            );
+            Box::new(railtrace::trigger::Quiet)
+        }
+    };
+    let port = args.port.as_deref();
     profile(
         &run_of(args),
         plan,
@@ -359,7 +370,7 @@ fn run_of(args: &Args) -> Run {
 pub fn profile(
     args: &Run,
     plan: &Plan,
-    port: &std::path::Path,
+    port: Option<&std::path::Path>,
     runner: &mut dyn GpuRunner,
     logger: &mut dyn PowerLogger,
     trigger: &mut dyn TriggerOut,
@@ -373,7 +384,7 @@ pub fn profile(
         railtrace::profile::preheat(runner, logger, &plan.launch, plan.preheat_s)?;
     }
     let least = (args.bin_s > 0.0).then(|| (1.0 / args.bin_s).ceil() as u32);
-    let (acquired, rig_summary) = with_rig(port, &rig_out, (args.rate_hz, least), || {
+    let mut run = || {
         let bar = indicatif::ProgressBar::new(plan.runs as u64);
         let acquired = acquire(
             runner,
@@ -384,8 +395,8 @@ pub fn profile(
             serde_json::json!({
                 "scenario": args.scenario.as_ref().map(|p| p.display().to_string()),
                 "rig": args.rig.as_ref().map(|p| p.display().to_string()),
-                "rig_recording": rig_out.display().to_string(),
-                "rig_port": port.display().to_string(),
+                "rig_recording": port.map(|_| rig_out.display().to_string()),
+                "rig_port": port.map(|p| p.display().to_string()),
                 "rig_rise_s": args.rig_rise_s,
             }),
             |n| {
@@ -397,7 +408,14 @@ pub fn profile(
         );
         bar.finish_and_clear();
         Ok(acquired?)
-    })?;
+    };
+    let (acquired, rig_summary) = match port {
+        Some(port) => {
+            let (a, s) = with_rig(port, &rig_out, (args.rate_hz, least), run)?;
+            (a, Some(s))
+        }
+        None => (run()?, None),
+    };
     if let Some((e, confidence)) = args.target_error {
         eprintln!(
             "railtrace profile: target {:.2} % at {:.0} % confidence {} after {} runs (planner's estimate: {})",
@@ -408,26 +426,39 @@ pub fn profile(
             acquired.planned_runs.map_or("none".to_string(), |p| p.to_string())
         );
     }
+    let rig = match &rig_summary {
+        Some(r) => format!(
+            "rig: {} samples, {} frames lost, {} gaps in {}",
+            r.progress.samples,
+            r.progress.frames_lost,
+            r.progress.gaps,
+            rig_out.display()
+        ),
+        None => "no rig: the logger's readings alone, not deconvolved".into(),
+    };
     eprintln!(
-        "railtrace profile: {} trains, {} executions, {} logger readings, {} clock reads, {} edges driven in {}; rig: {} samples, {} frames lost, {} gaps in {}",
+        "railtrace profile: {} trains, {} executions, {} logger readings, {} clock reads, {} edges driven in {}; {rig}",
         acquired.runs,
         acquired.executions,
         acquired.logger_readings,
         acquired.clock_reads,
         acquired.driven,
         args.output.display(),
-        rig_summary.progress.samples,
-        rig_summary.progress.frames_lost,
-        rig_summary.progress.gaps,
-        rig_out.display()
     );
+    let kept = if rig_summary.is_some() {
+        format!(
+            "{} and {} are closed and keep them",
+            args.output.display(),
+            rig_out.display()
+        )
+    } else {
+        format!("{} is closed and keeps them", args.output.display())
+    };
     anyhow::ensure!(
         !acquired.interrupted,
-        "interrupted after {} of {} trains; {} and {} are closed and keep them",
+        "interrupted after {} of {} trains; {kept}",
         acquired.runs,
         plan.runs,
-        args.output.display(),
-        rig_out.display()
     );
     Ok(())
 }

@@ -47,12 +47,19 @@ fn summary(a: &Analysis) -> String {
             .filter(|w| w.is_finite())
             .fold(f64::NAN, f64::max)
     };
+    let device = if a.has_rig() {
+        format!(
+            "rate error {:+.2} ppm, residual RMS {:.2} µs ({} edges, {} outliers)",
+            a.device.rate_error_ppm,
+            a.device.rms_s * 1e6,
+            a.device.used,
+            a.device.outliers
+        )
+    } else {
+        "no rig".into()
+    };
     let mut s = format!(
-        "clocks    device→host: rate error {:+.2} ppm, residual RMS {:.2} µs ({} edges, {} outliers)\n          GPU→host:    rate error {:+.2} ppm, residual RMS {:.2} µs ({} reads kept, {} outliers)\n",
-        a.device.rate_error_ppm,
-        a.device.rms_s * 1e6,
-        a.device.used,
-        a.device.outliers,
+        "clocks    device→host: {device}\n          GPU→host:    rate error {:+.2} ppm, residual RMS {:.2} µs ({} reads kept, {} outliers)\n",
         a.gpu.rate_error_ppm,
         a.gpu.rms_s * 1e6,
         a.gpu.used,
@@ -71,14 +78,21 @@ fn summary(a: &Analysis) -> String {
         s += &format!("  cluster {:.1}-{:.1} µs: {n}\n", lo * 1e6, hi * 1e6);
     }
     s += &format!(
-        "profiles  logger: {} bins of {:.0} µs, peak {:.1} W; rig: {} bins, peak {:.1} W\nenergy    {:.3} mJ per kept execution (rig)\n",
+        "profiles  logger: {} bins of {:.0} µs, peak {:.1} W; ",
         a.logger.len(),
         a.options.bin_s * 1e6,
         peak(&a.logger),
-        a.rig.len(),
-        peak(&a.rig),
-        a.rig_energy_j * 1e3
     );
+    s += &if a.has_rig() {
+        format!(
+            "rig: {} bins, peak {:.1} W\nenergy    {:.3} mJ per kept execution (rig)\n",
+            a.rig.len(),
+            peak(&a.rig),
+            a.rig_energy_j * 1e3
+        )
+    } else {
+        "no rig\n".into()
+    };
     for note in &a.support.notes {
         s += &format!("support   {note}\n");
     }
