@@ -438,12 +438,18 @@ fn a_run_without_a_rig_is_the_loggers_profile_alone() {
         .count();
     assert!(filled > 20, "{filled} logger bins");
     let notes = a["support"]["notes"].to_string();
-    assert!(notes.contains("no rig") && notes.contains("not deconvolved"), "{notes}");
+    assert!(
+        notes.contains("no rig") && notes.contains("not deconvolved"),
+        "{notes}"
+    );
     let o = railtrace(&["report", "nr.arrow"]);
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("device→host: no rig"), "{text}");
     let o = railtrace(&["calibrate", "logger", "nr.arrow", "-o", "l.toml"]);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && err.contains("recorded without a rig"), "{err}");
+    assert!(
+        !o.status.success() && err.contains("recorded without a rig"),
+        "{err}"
+    );
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
