@@ -73,6 +73,8 @@ const RAIL_COLOURS: [RGBColor; 8] = [
 ];
 const TOTAL_COLOUR: RGBColor = RGBColor(0x20, 0x20, 0x20);
 const LOGGER_COLOUR: RGBColor = RGBColor(0x8e, 0x3b, 0xa0);
+/// An overlay (the logger deconvolved): dark teal, dashed, over everything else.
+const OVERLAY_COLOUR: RGBColor = RGBColor(0x00, 0x6d, 0x77);
 const GAP_COLOUR: RGBColor = RGBColor(0x90, 0x90, 0x90);
 const EDGE_COLOURS: [RGBColor; 4] = [
     RGBColor(0x1f, 0x3a, 0x93),
@@ -124,6 +126,8 @@ pub struct Options {
     pub height: u32,
     /// The first line of the title; the file's name when empty.
     pub title: String,
+    /// A series drawn over the recording as steps (a logger's readings deconvolved).
+    pub overlay: Option<Overlay>,
 }
 
 impl Default for Options {
@@ -134,8 +138,18 @@ impl Default for Options {
             width: 1600,
             height: 900,
             title: String::new(),
+            overlay: None,
         }
     }
+}
+
+/// A series drawn over a recording: each value held from its time to the next.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Overlay {
+    /// Its name in the legend.
+    pub label: String,
+    /// (s on the recording's timeline, W), in time order.
+    pub steps: Vec<(f64, f64)>,
 }
 
 /// What a plot shows.
@@ -300,6 +314,9 @@ struct Data {
     gaps: Vec<(f64, f64)>,
     edges: BTreeMap<u8, EdgeLine>,
     logger: Vec<(f64, f64)>,
+    /// The overlay's label and its steps in the window (the one in effect at its start
+    /// first).
+    overlay: Option<(String, Vec<(f64, f64)>)>,
 }
 
 /// Sizes for a picture: those of 1600 × 900 px, scaled to the picture's size.
@@ -388,6 +405,19 @@ pub fn render(rec: &impl Source, out: &Path, opts: &Options) -> anyhow::Result<P
             let (data, plotted, _) = collect(rec, t0, t1, layout.columns())?;
             (data, Plotted { samples, ..plotted })
         }
+    };
+    let data = Data {
+        overlay: opts.overlay.as_ref().map(|o| {
+            let first = o
+                .steps
+                .partition_point(|s| s.0 <= plotted.from)
+                .saturating_sub(1);
+            let end = o.steps.partition_point(|s| s.0 <= plotted.to);
+            let inside = o.steps[first..end.max(first)].iter();
+            let steps = inside.map(|&(t, w)| (t.max(plotted.from), w)).collect();
+            (o.label.clone(), steps)
+        }),
+        ..data
     };
     let mut title = opts.title.clone();
     if title.is_empty() {
@@ -697,6 +727,7 @@ fn collect(
             gaps,
             edges,
             logger,
+            overlay: None,
         },
         plotted,
         span,
@@ -725,7 +756,8 @@ fn draw<DB: DrawingBackend>(
     let (mut lo, mut hi) = bins.fold((0.0f64, f64::NEG_INFINITY), |(lo, hi), (_, b)| {
         (lo.min(f64::from(b.min)), hi.max(f64::from(b.max)))
     });
-    for &(_, w) in &d.logger {
+    let overlay = d.overlay.iter().flat_map(|o| &o.1);
+    for &(_, w) in d.logger.iter().chain(overlay) {
         (lo, hi) = (lo.min(w), hi.max(w));
     }
     if hi <= lo {
@@ -736,6 +768,7 @@ fn draw<DB: DrawingBackend>(
     let legend = d.series.len()
         + d.edges.len()
         + usize::from(!d.logger.is_empty())
+        + usize::from(d.overlay.is_some())
         + usize::from(!d.gaps.is_empty());
     let legend_px = f64::from(l.px(legend as u32 * 24 + 30));
     let plot_px = f64::from(l.plot_height());
@@ -879,6 +912,24 @@ fn draw<DB: DrawingBackend>(
                     + PathElement::new([(0, 0), (24, 0)], style)
                     + Circle::new((12, 0), 3, LOGGER_COLOUR.filled())
             });
+    }
+
+    if let Some((label, steps)) = &d.overlay {
+        let style = OVERLAY_COLOUR.stroke_width(l.px(3));
+        let held = steps
+            .windows(2)
+            .flat_map(|w| [(w[0].0 * k, w[0].1), (w[1].0 * k, w[0].1)]);
+        let last = steps.last().map(|&(t, w)| (t * k, w));
+        let dash = (l.px(9), l.px(4));
+        chart
+            .draw_series(DashedLineSeries::new(
+                held.chain(last),
+                dash.0,
+                dash.1,
+                style,
+            ))?
+            .label(label.as_str())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 24, y)], style));
     }
 
     for (i, (line, e)) in d.edges.iter().enumerate() {

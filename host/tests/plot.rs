@@ -542,3 +542,41 @@ fn a_long_closed_recording_plots_from_its_overview_as_from_its_samples() {
         "{a:?} {b:?}"
     );
 }
+
+/// A series drawn over the run (a logger's readings deconvolved): in the legend, dashed
+/// in its own colour, from the step in effect at the window's start.
+#[test]
+fn an_overlay_is_drawn_over_the_window_with_its_label() {
+    let dir = TempDir::new("plot-overlay");
+    let arrow = dir.join("run.arrow");
+    write_recording(&arrow, 0.25, false, true);
+    let rec = recording::read(&arrow).unwrap();
+    let (with, without) = (dir.join("with.svg"), dir.join("without.svg"));
+    let overlay = plot::Overlay {
+        label: "GPU logger deconvolved (model.toml)".into(),
+        steps: vec![(0.0, 150.0), (1.2, 420.0), (1.4, 160.0), (9.0, 150.0)],
+    };
+    let window = Options {
+        from: Some(1.0),
+        to: Some(1.6),
+        ..Options::default()
+    };
+    plot::render(
+        &rec,
+        &with,
+        &Options {
+            overlay: Some(overlay),
+            ..window.clone()
+        },
+    )
+    .unwrap();
+    plot::render(&rec, &without, &window).unwrap();
+    let (a, b) = (
+        std::fs::read_to_string(&with).unwrap(),
+        std::fs::read_to_string(&without).unwrap(),
+    );
+    assert!(a.contains("GPU logger deconvolved (model.toml)"));
+    let teal = "#006D77";
+    assert!(a.matches(teal).count() > 10, "dashed: many short strokes");
+    assert!(!b.contains(teal) && !b.contains("deconvolved"));
+}

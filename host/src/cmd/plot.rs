@@ -1,9 +1,11 @@
 //! `railtrace plot FILE -o out.svg|png`: power per rail and in total against time.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use railtrace::{plot, recording};
+use railtrace::logger_model::LoggerModel;
+use railtrace::recording::LoggerColumn;
+use railtrace::{paired, plot, recording};
 
 /// Plots a recording: each rail's power and the total against time (min/max band per
 /// pixel column, mean line), gaps shaded, trigger edges marked, the GPU logger's readings
@@ -27,6 +29,34 @@ pub struct Args {
     /// Picture height, px (360 to 16384).
     #[arg(long, value_name = "H", default_value_t = 900)]
     height: u32,
+    /// A logger model (`railtrace calibrate logger`) of a paired run's logger: its
+    /// readings deconvolved with it are drawn over the run, where they allow it.
+    #[arg(long, value_name = "MODEL")]
+    logger: Option<PathBuf>,
+    /// The logger's readings the model is applied to (with --logger).
+    #[arg(long, default_value = "power.draw", requires = "logger")]
+    column: LoggerColumn,
+}
+
+/// The run's logger readings deconvolved with the model at `model`, as an overlay.
+fn deconvolved(file: &Path, model: &Path, column: LoggerColumn) -> anyhow::Result<plot::Overlay> {
+    let m = LoggerModel::read(model)?;
+    let rec = paired::read(file, column)?;
+    let d = paired::deconvolve(&rec.run(), &m, 0)
+        .map_err(|e| anyhow::anyhow!("{}: not deconvolved: {e}", file.display()))?;
+    Ok(plot::Overlay {
+        label: format!(
+            "GPU logger deconvolved ({}, {:.1} ms updates)",
+            model.file_name().unwrap_or_default().to_string_lossy(),
+            d.cell_s * 1e3
+        ),
+        steps: d
+            .t_s
+            .iter()
+            .copied()
+            .zip(d.power_w.iter().copied())
+            .collect(),
+    })
 }
 
 /// Runs `railtrace plot`.
@@ -37,6 +67,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         width: args.width,
         height: args.height,
         title: String::new(),
+        overlay: None,
     };
     // A wrong extension or size fails before a large recording is read.
     plot::check(&args.output, &opts)?;
@@ -58,7 +89,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // A closed recording's overview, its coarse summaries then its fine ones, where they
     // are fine enough for the window: the samples are not read at all.
     let mut from_overview = None;
-    let mut level = recording::overview(&args.file)?;
+    if let Some(model) = &args.logger {
+        opts.overlay = Some(deconvolved(&args.file, model, args.column)?);
+    }
+    // An overlay is drawn over the samples, not over the summaries.
+    let mut level = match opts.overlay {
+        Some(_) => None,
+        None => recording::overview(&args.file)?,
+    };
     let mut read = 0;
     while let Some(ov) = level {
         opts.title = title(&ov.recording.meta);
