@@ -15,11 +15,12 @@
 //! sizes are estimates from the device's attributes; the recorded executions give the
 //! real durations.
 
-use std::time::Duration;
-
 use railtrace_cuda::{CudaError, Gpu, Sizing, KERNELS};
 
-use super::{host_now_ns, uniform, ClockRead, ExecutionRecord, GpuError, GpuRunner, Launch};
+use super::{
+    host_now_ns, idle_before_launch, triggered, ClockRead, ExecutionRecord, GpuError, GpuRunner,
+    Launch,
+};
 use crate::trigger::TriggerOut;
 
 /// Each phase's length the kernels are sized for, s.
@@ -113,18 +114,12 @@ impl GpuRunner for CudaRunner {
             )));
         }
         self.gpu.prepare_train().map_err(|e| self.error(e))?;
-        let (lo, hi) = launch.delay_s;
-        let delay = lo + (hi - lo).max(0.0) * uniform(&mut self.rng);
-        std::thread::sleep(Duration::from_secs_f64(delay.max(0.0)));
-
-        let name = trigger.describe();
-        let line = |e| GpuError::Other(format!("trigger {name}: {e}"));
-        trigger.set(true).map_err(line)?;
-        let done = self.gpu.run_train(&vec![sizing; n]);
-        // The line goes low even when the train failed.
-        let low = trigger.set(false).map_err(line);
-        let spans = done.map_err(|e| self.error(e))?;
-        low?;
+        idle_before_launch(launch.delay_s, &mut self.rng);
+        let spans = triggered(trigger, || {
+            self.gpu
+                .run_train(&vec![sizing; n])
+                .map_err(|e| self.error(e))
+        })?;
 
         let train = self.train;
         self.train += 1;

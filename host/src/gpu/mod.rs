@@ -190,6 +190,30 @@ pub(crate) fn uniform(state: &mut u64) -> f64 {
     (state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
 }
 
+/// Sleeps the idle delay before a launch: uniform in `delay_s` (s), drawn from `rng`.
+#[cfg(any(feature = "rocm", feature = "cuda"))]
+pub(crate) fn idle_before_launch((lo, hi): (f64, f64), rng: &mut u64) {
+    let delay = lo + (hi - lo).max(0.0) * uniform(rng);
+    std::thread::sleep(std::time::Duration::from_secs_f64(delay.max(0.0)));
+}
+
+/// Runs `train` with `trigger` high: set just before it, and low again after it even when
+/// it failed (its error then comes first).
+#[cfg(any(feature = "rocm", feature = "cuda"))]
+pub(crate) fn triggered<T>(
+    trigger: &mut dyn crate::trigger::TriggerOut,
+    train: impl FnOnce() -> Result<T, GpuError>,
+) -> Result<T, GpuError> {
+    let name = trigger.describe();
+    let line = |e| GpuError::Other(format!("trigger {name}: {e}"));
+    trigger.set(true).map_err(line)?;
+    let done = train();
+    let low = trigger.set(false).map_err(line);
+    let out = done?;
+    low?;
+    Ok(out)
+}
+
 /// A DVFS level asked for, bracketed by the host's clock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DvfsRequest {
@@ -207,4 +231,18 @@ pub trait PowerLogger {
     fn describe(&self) -> String;
     /// The readings since the last call, oldest first.
     fn poll(&mut self) -> Result<Vec<LoggerReading>, GpuError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn draws_spread_over_the_unit_interval() {
+        let mut rng = 1;
+        let draws: Vec<f64> = (0..1000).map(|_| uniform(&mut rng)).collect();
+        assert!(draws.iter().all(|u| (0.0..1.0).contains(u)));
+        let mean = draws.iter().sum::<f64>() / 1000.0;
+        assert!((mean - 0.5).abs() < 0.05, "mean {mean}");
+    }
 }

@@ -34,12 +34,14 @@
 //! (`auto`) when the runner is dropped.
 
 use std::path::Path;
-use std::time::Duration;
 
 use railtrace_rocm::{DeviceBuffer, Event, HipError, Stream};
 
 use super::amd_dvfs::{nth_device_dir, AmdDvfs};
-use super::{host_now_ns, ClockRead, DvfsRequest, ExecutionRecord, GpuError, GpuRunner, Launch};
+use super::{
+    host_now_ns, idle_before_launch, triggered, ClockRead, DvfsRequest, ExecutionRecord, GpuError,
+    GpuRunner, Launch,
+};
 use crate::trigger::TriggerOut;
 
 /// Bytes one `memset` execution writes.
@@ -254,18 +256,10 @@ impl GpuRunner for RocmRunner {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| self.error(e))?;
         self.stream.synchronize().map_err(|e| self.error(e))?;
-        let (lo, hi) = launch.delay_s;
-        let delay = lo + (hi - lo).max(0.0) * unit(&mut self.rng);
-        std::thread::sleep(Duration::from_secs_f64(delay.max(0.0)));
-
-        let name = trigger.describe();
-        let line = |e| GpuError::Other(format!("trigger {name}: {e}"));
-        trigger.set(true).map_err(line)?;
-        let done = self.queue(&events, memset);
-        // The line goes low even when the train failed.
-        let low = trigger.set(false).map_err(line);
-        done.map_err(|e| self.error(e))?;
-        low?;
+        idle_before_launch(launch.delay_s, &mut self.rng);
+        triggered(trigger, || {
+            self.queue(&events, memset).map_err(|e| self.error(e))
+        })?;
 
         let ticks = self.ticks(events)?;
         let train = self.train;
@@ -298,14 +292,6 @@ fn open_dvfs(device: usize) -> Result<AmdDvfs, String> {
         }
     };
     AmdDvfs::open(&dir).map_err(|e| e.to_string())
-}
-
-/// A uniform draw in `[0, 1)` (xorshift64*: enough to spread launch times).
-fn unit(rng: &mut u64) -> f64 {
-    *rng ^= *rng >> 12;
-    *rng ^= *rng << 25;
-    *rng ^= *rng >> 27;
-    (rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// A HIP error about `what` as a [`GpuError`].
@@ -422,14 +408,5 @@ mod tests {
                 assert!(matches!(e, Err(GpuError::Unsupported(_))), "{e:?}");
             }
         }
-    }
-
-    #[test]
-    fn draws_spread_over_the_unit_interval() {
-        let mut rng = 1;
-        let draws: Vec<f64> = (0..1000).map(|_| unit(&mut rng)).collect();
-        assert!(draws.iter().all(|u| (0.0..1.0).contains(u)));
-        let mean = draws.iter().sum::<f64>() / 1000.0;
-        assert!((mean - 0.5).abs() < 0.05, "mean {mean}");
     }
 }
