@@ -1171,9 +1171,7 @@ impl FamilyFit {
     /// ≤ t_s − delay_s`.
     pub fn update_for(&self, t_s: f64) -> f64 {
         let (t, p) = (self.period_s.value, self.phase_s.value);
-        // A reading at the switch point shows the later update (half the tie tolerance
-        // absorbs the rounding of `t_s − delay_s`).
-        p + ((t_s - self.delay_s.value - p) / t + 0.5 * TIE).floor() * t
+        p + update_index(t_s, t, p, self.delay_s.value) * t
     }
 
     /// The model's response `r(u)` (before gain and offset) at update instant `u_s`.
@@ -1522,6 +1520,13 @@ struct Engine<'r> {
 /// Readings whose distances to the update grid differ by less than this many periods are
 /// taken to switch updates together.
 const TIE: f64 = 1e-6;
+
+/// The index `k` of the update a reading at `t_s` shows: the latest `phase_s +
+/// k·period_s ≤ t_s − delay_s`. A reading at the switch point shows the later update
+/// (half the tie tolerance absorbs the rounding of `t_s − delay_s`).
+pub fn update_index(t_s: f64, period_s: f64, phase_s: f64, delay_s: f64) -> f64 {
+    ((t_s - delay_s - phase_s) / period_s + 0.5 * TIE).floor()
+}
 
 /// Per reading: the update index at zero delay and the distance to it.
 fn grid_positions(s: &[f64], t_mid: f64, period: f64, phase: f64) -> (Vec<i64>, Vec<f64>) {

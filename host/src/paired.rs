@@ -26,7 +26,7 @@ use crate::recording::{self, Kind, LoggerColumn, RecordingError, Rows};
 use railtrace_calibration::deconvolve::{
     self, sampled_kernel, Input, LoggerKernel, Options as DeconvolveOptions, Profile,
 };
-use railtrace_calibration::logger::{period_from_changes, Reference};
+use railtrace_calibration::logger::{period_from_changes, update_index, Reference};
 use railtrace_calibration::stats::median;
 use railtrace_calibration::ParamError;
 
@@ -418,17 +418,22 @@ pub fn measure(
     })
 }
 
+/// The span both the meter and the logger cover, s: the energies' (None without either).
+fn span(run: &PairedRun<'_>) -> Option<(f64, f64)> {
+    let (mt, lt) = (run.meter_t, run.logger_t);
+    Some((mt.first()?.max(*lt.first()?), mt.last()?.min(*lt.last()?)))
+}
+
 fn energy(
     run: &PairedRun<'_>,
     meter: &Reference,
     correct: Option<&dyn Fn(f64) -> f64>,
 ) -> Option<Energy> {
-    let (mt, lt) = (run.meter_t, run.logger_t);
-    let from = mt.first()?.max(*lt.first()?);
-    let to = mt.last()?.min(*lt.last()?);
+    let (from, to) = span(run)?;
     if to <= from {
         return None;
     }
+    let lt = run.logger_t;
     let meter_j = meter.integral(from, to);
     // The reading in effect at `from` is the last one at or before it.
     let i0 = lt.partition_point(|&s| s <= from).saturating_sub(1);
@@ -590,7 +595,7 @@ pub fn deconvolve(
     // readings show it (a model applied to another run of the same GPU), else the
     // model's.
     let phase = update_phase(run.logger_t, run.logger_w, p, model.delay_s).unwrap_or(model.phase_s);
-    let update = |t: f64| ((t - model.delay_s - phase) / p + 0.5e-6).floor();
+    let update = |t: f64| update_index(t, p, phase, model.delay_s);
     let (Some(&t0), Some(&t1)) = (run.logger_t.first(), run.logger_t.last()) else {
         return Err(NotDeconvolved::Few { updates: 0 });
     };
@@ -645,10 +650,7 @@ pub fn deconvolve(
         },
     )?;
     // Held from each cell's start, over the span the raw readings' energy covers.
-    let (from, to) = (
-        run.meter_t.first().map_or(t0, |&m| m.max(t0)),
-        run.meter_t.last().map_or(t1, |&m| m.min(t1)),
-    );
+    let (from, to) = span(run).unwrap_or((t0, t1));
     let (mut t, mut power, mut lo, mut hi) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for (i, &c) in d.t.iter().enumerate() {
         let (start, end) = (origin + c - 0.5 * p, origin + c + 0.5 * p);
