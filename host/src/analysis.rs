@@ -237,24 +237,29 @@ impl Support {
     /// Readings a logger bin needs for a mean with a confidence interval.
     pub const LOGGER_READINGS: usize = 2;
 
-    /// The support of bins `bin_s` wide by a rig of rise `rig_rise_s` (None: unknown),
-    /// whose stitched profiles are `rig` and `logger`.
-    pub fn of(rig_rise_s: Option<f64>, bin_s: f64, rig: &[Point], logger: &[Point]) -> Support {
+    /// The support of bins `bin_s` wide: by the rig, its rise (None: unknown) and its
+    /// stitched profile, where a rig captured the run (`rig`); by the logger, its stitched
+    /// profile.
+    pub fn of(rig: Option<(Option<f64>, &[Point])>, bin_s: f64, logger: &[Point]) -> Support {
         let thin = |p: &[Point], least: usize| p.iter().filter(|b| b.n > 0 && b.n < least).count();
+        let rig_rise_s = rig.and_then(|r| r.0);
         let (rig_thin, logger_thin) = (
-            thin(rig, Self::RIG_SAMPLES),
+            rig.map_or(0, |r| thin(r.1, Self::RIG_SAMPLES)),
             thin(logger, Self::LOGGER_READINGS),
         );
         let rig_resolves = rig_rise_s.is_none_or(|r| bin_s >= r * (1.0 - 1e-9));
         let mut notes = Vec::new();
-        match rig_rise_s {
-            Some(r) if !rig_resolves => notes.push(format!(
+        match (rig, rig_rise_s) {
+            (None, _) => notes.push(
+                "no rig: the logger's profile is its raw readings, not deconvolved, and nothing holds it against the power drawn".into(),
+            ),
+            (Some(_), Some(r)) if !rig_resolves => notes.push(format!(
                 "rig: not drawn: bins of {:.1} µs are finer than it resolves (its 10-90 % rise {:.1} µs); take bins of {:.0} µs or wider",
                 bin_s * 1e6,
                 r * 1e6,
                 (r * 1e6).ceil()
             )),
-            None => notes.push(
+            (Some(_), None) => notes.push(
                 "rig: its rise is not recorded in the profile, so bins finer than it are not told apart".into(),
             ),
             _ => {}
@@ -498,8 +503,7 @@ fn gpu_side(path: &Path, column: LoggerColumn) -> Result<GpuSide, AnalysisError>
         line: settings["trigger_line"].as_u64().unwrap_or(0) as u8,
         rig_rise_s: settings["more"]["rig_rise_s"].as_f64(),
         // Profiles written before runs without a rig were possible always had one.
-        rig_recorded: !settings["more"]["rig_recording"].is_null()
-            || settings["more"].get("rig_recording").is_none(),
+        rig_recorded: (settings["more"].get("rig_recording")).is_none_or(|r| !r.is_null()),
         ..GpuSide::default()
     };
     let s = |ns: i64| (ns - g.epoch_ns) as f64 * 1e-9;
@@ -834,12 +838,11 @@ pub fn analyse(
         .map(|e| e.rig_energy_j)
         .collect();
     let (logger, rig) = (points(&logger), points(&rig_profile));
-    let mut support = Support::of(g.rig_rise_s, o.bin_s, &rig, &logger);
-    if !g.rig_recorded {
-        support.notes = vec![
-            "no rig: the logger's profile is its raw readings, not deconvolved, and nothing holds it against the power drawn".into(),
-        ];
-    }
+    let support = Support::of(
+        g.rig_recorded.then_some((g.rig_rise_s, rig.as_slice())),
+        o.bin_s,
+        &logger,
+    );
     Ok(Analysis {
         device,
         gpu: link(&gpu),

@@ -921,17 +921,18 @@ fn residuals<DB: DrawingBackend>(
     let (top, bottom) = area.split_vertically(area.dim_in_pixel().1 / 2);
     let bottom = bottom.margin(l.px(8), 0, 0, 0);
     let d = &a.device;
+    let caption = "Alignment residuals: device (rig) clock → host, per trigger edge";
     if !a.has_rig() {
         message(
             &top,
-            "Alignment residuals: device (rig) clock → host, per trigger edge",
+            caption,
             &["No rig: no trigger edges to align its clock by.".into()],
             l,
         )?;
     } else {
         residual_chart(
             &top,
-            "Alignment residuals: device (rig) clock → host, per trigger edge",
+            caption,
             "trigger edge number",
             &d.residuals_s,
             &|rms| {

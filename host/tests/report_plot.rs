@@ -84,7 +84,7 @@ fn analysis(trains: u64, per_train: u32) -> Analysis {
         .collect();
     let (logger, rig) = (profile(300.0, 3, Some(12)), profile(480.0, 0, None));
     Analysis {
-        support: Support::of(Some(5e-6), 20e-6, &rig, &logger),
+        support: Support::of(Some((Some(5e-6), &rig)), 20e-6, &logger),
         device: link(device, 1.1e-6, 2 * trains as usize),
         gpu: link(gpu, 3e-9, trains as usize),
         executions,
@@ -336,7 +336,7 @@ fn bins_the_rig_or_the_logger_cannot_support_are_said_not_drawn() {
     let svg = dir.join("report.svg");
     let mut a = analysis(2, 10);
     a.logger[5].n = 1;
-    a.support = Support::of(Some(31.4e-6), 20e-6, &a.rig, &a.logger);
+    a.support = Support::of(Some((Some(31.4e-6), &a.rig)), 20e-6, &a.logger);
     assert!(
         !a.support.rig_resolves && a.support.logger_thin == 1,
         "{:?}",
@@ -364,6 +364,6 @@ fn bins_the_rig_or_the_logger_cannot_support_are_said_not_drawn() {
     assert!(d.rig.iter().all(|p| p.mean_w.is_nan()) && d.logger[5].mean_w.is_nan());
     assert!(a.rig.iter().all(|p| p.mean_w.is_finite()) && a.logger[5].mean_w.is_finite());
     // A rig that resolves the bins is drawn, and says nothing.
-    let s = Support::of(Some(5e-6), 20e-6, &a.rig, &a.rig);
+    let s = Support::of(Some((Some(5e-6), &a.rig)), 20e-6, &a.rig);
     assert!(s.rig_resolves && s.notes.is_empty(), "{s:?}");
 }
