@@ -414,15 +414,8 @@ fn correct_undoes_the_twins_box_logger_and_keeps_the_energy() {
 /// identified from it, and the command says so in one line.
 #[test]
 fn a_run_without_a_rig_is_the_loggers_profile_alone() {
-    use std::process::Command;
     let dir = TempDir::new("profile-no-rig");
-    let railtrace = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_railtrace"))
-            .current_dir(&dir.0)
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let railtrace = |args: &[&str]| common::railtrace(&dir.0, args);
     let o = railtrace(&["profile", "--runs", "80", "--no-rig", "-o", "nr.arrow"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");

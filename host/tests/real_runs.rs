@@ -7,17 +7,8 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
 
-use common::{data_root, TempDir};
-
-fn railtrace(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_railtrace"))
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .unwrap()
-}
+use common::{data_root, railtrace, TempDir};
 
 fn ok(dir: &Path, args: &[&str]) -> (serde_json::Value, String) {
     let o = railtrace(dir, args);

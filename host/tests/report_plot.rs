@@ -2,8 +2,6 @@
 //! SVG and PNG; the all-SSE and empty cases; the errors; and the command end to end on
 //! the twin.
 
-use std::process::Command;
-
 use railtrace::analysis::{Aligned, Analysis, Link, Options as AnalysisOptions, Point, Support};
 use railtrace::report_plot::{self, Options};
 
@@ -286,13 +284,7 @@ fn errors_are_one_clear_line() {
 #[test]
 fn the_command_writes_the_picture_beside_its_summary() {
     let dir = TempDir::new("report-plot-cli");
-    let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_railtrace"))
-            .current_dir(&dir.0)
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let run = |args: &[&str]| common::railtrace(&dir.0, args);
     let o = run(&["profile", "--runs", "40", "-o", "p.arrow"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let o = run(&["report", "p.arrow", "--plot", "r.svg"]);

@@ -1,7 +1,8 @@
 //! What the host's integration tests share.
 #![allow(dead_code)] // each test binary uses its own part
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 
 /// The real paired traces beside the repository (`../shared/data/gpu-power-benchmark`),
 /// or None, saying SKIPPED, when they are not there.
@@ -17,6 +18,15 @@ pub fn data_root() -> Option<PathBuf> {
         );
         None
     }
+}
+
+/// The command line's binary run in `dir` with `args`, its output once it exits.
+pub fn railtrace(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_railtrace"))
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 /// A fresh directory under the system's temp dir, removed on drop.
@@ -49,7 +59,7 @@ impl Drop for TempDir {
 }
 
 /// Float64 columns `names` of an Arrow IPC stream file, every batch's rows in order.
-pub fn f64_columns(path: &std::path::Path, names: &[&str]) -> Vec<Vec<f64>> {
+pub fn f64_columns(path: &Path, names: &[&str]) -> Vec<Vec<f64>> {
     let file = std::fs::File::open(path).unwrap();
     let mut out = vec![Vec::new(); names.len()];
     for b in arrow_ipc::reader::StreamReader::try_new(file, None).unwrap() {
