@@ -169,6 +169,8 @@ fn write_run(dir: &Path, seconds: f64) -> PathBuf {
                 instant_w: None,
                 average_w: None,
                 temperature_c: None,
+                energy_j: None,
+                source: None,
                 gpu_ticks: Some(gpu_ticks(at)),
                 host_ns: None,
                 own_s: None,

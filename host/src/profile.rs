@@ -197,6 +197,8 @@ impl Out {
                 instant_w: r.instant_w,
                 average_w: None,
                 temperature_c: r.temperature_c,
+                energy_j: r.energy_j,
+                source: Some(r.source.to_string()),
                 gpu_ticks,
                 host_ns,
                 own_s,

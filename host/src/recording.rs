@@ -45,7 +45,7 @@ use serde::{Deserialize, Serialize};
 /// The value of the metadata key `railtrace.format`.
 pub const FORMAT: &str = "railtrace-recording";
 /// The format version this code writes and reads.
-pub const FORMAT_VERSION: u32 = 6;
+pub const FORMAT_VERSION: u32 = 7;
 
 /// The oldest format version this railtrace reads. Version 3 lacks only the
 /// `logger_temp_c` column ([`LOGGER_TEMP_SINCE`]), which reads as null; version 2 also
@@ -57,6 +57,9 @@ pub const LOGGER_TEMP_SINCE: u32 = 4;
 /// The first format version with the `logger_average_w` column (a logger's power
 /// averaged over its longer window, where it reports one beside `logger_w`).
 pub const LOGGER_AVERAGE_SINCE: u32 = 6;
+/// The first format version with the `logger_energy_j` column (a logger's cumulative
+/// energy counter, where it has one, as NVML's total energy consumption).
+pub const LOGGER_ENERGY_SINCE: u32 = 7;
 /// The first format version that may keep samples in `block` rows: one row per run of
 /// consecutive samples, their raw codes in its `codes` list, turned into volts, amperes
 /// and watts by [`Meta::derive`] when read. The reader gives out their sample rows.
@@ -457,6 +460,9 @@ fn columns(meta: &Meta, blocks: bool, summaries: bool) -> Schema {
     if meta.version >= LOGGER_AVERAGE_SINCE {
         fields.push(unit_field("logger_average_w", D::Float64, "W"));
     }
+    if meta.version >= LOGGER_ENERGY_SINCE {
+        fields.push(unit_field("logger_energy_j", D::Float64, "J"));
+    }
     fields.extend([
         unit_field("text", D::Utf8, ""),
         unit_field("gpu_ticks", D::UInt64, "gpu tick"),
@@ -548,6 +554,12 @@ pub enum Event {
         /// The GPU's temperature the logger reported with the reading, °C, where it
         /// reports one.
         temperature_c: Option<f64>,
+        /// The GPU's cumulative energy counter, J, read when the host got the reading
+        /// (`polled_ns`, else its host timestamp), where the logger has one.
+        energy_j: Option<f64>,
+        /// Where the reading came from (e.g. `nvml-samples`), where the logger says;
+        /// kept in the row's `text`.
+        source: Option<String>,
         /// Its timestamp on the GPU's clock, where it has one.
         gpu_ticks: Option<u64>,
         /// Its timestamp on the host's clock (ns since the Unix epoch), where it has one.
@@ -679,6 +691,7 @@ struct Columns {
     logger_instant_w: Float64Builder,
     logger_temp_c: Float64Builder,
     logger_average_w: Float64Builder,
+    logger_energy_j: Float64Builder,
     text: StringBuilder,
     gpu_ticks: UInt64Builder,
     gpu_end_ticks: UInt64Builder,
@@ -714,6 +727,7 @@ impl Columns {
             logger_instant_w: Float64Builder::new(),
             logger_temp_c: Float64Builder::new(),
             logger_average_w: Float64Builder::new(),
+            logger_energy_j: Float64Builder::new(),
             text: StringBuilder::new(),
             gpu_ticks: UInt64Builder::new(),
             gpu_end_ticks: UInt64Builder::new(),
@@ -790,6 +804,8 @@ impl Columns {
                 instant_w,
                 average_w,
                 temperature_c,
+                energy_j,
+                source,
                 gpu_ticks,
                 host_ns,
                 own_s,
@@ -800,6 +816,8 @@ impl Columns {
                 c.logger_instant_w.at(r).append_option(*instant_w);
                 c.logger_temp_c.at(r).append_option(*temperature_c);
                 c.logger_average_w.at(r).append_option(*average_w);
+                c.logger_energy_j.at(r).append_option(*energy_j);
+                c.text.at(r).append_option(source.as_deref());
                 c.gpu_ticks.at(r).append_option(*gpu_ticks);
                 c.host_recv_ns.at(r).append_option(*host_ns);
                 c.own_s.at(r).append_option(*own_s);
@@ -889,6 +907,7 @@ impl Columns {
         self.logger_instant_w.at(n);
         self.logger_temp_c.at(n);
         self.logger_average_w.at(n);
+        self.logger_energy_j.at(n);
         self.text.at(n);
         self.gpu_ticks.at(n);
         self.gpu_end_ticks.at(n);
@@ -921,7 +940,7 @@ impl Columns {
         for b in &mut self.codes {
             out.push(Arc::new(b.finish()));
         }
-        out.extend::<[ArrayRef; 12]>([
+        out.extend::<[ArrayRef; 13]>([
             Arc::new(self.line.finish()),
             Arc::new(self.rising.finish()),
             Arc::new(self.count.finish()),
@@ -933,6 +952,7 @@ impl Columns {
             Arc::new(self.logger_instant_w.finish()),
             Arc::new(self.logger_temp_c.finish()),
             Arc::new(self.logger_average_w.finish()),
+            Arc::new(self.logger_energy_j.finish()),
             Arc::new(self.text.finish()),
         ]);
         out.extend::<[ArrayRef; 8]>([
@@ -3275,6 +3295,7 @@ mod tests {
             .enumerate()
             .filter(|(_, n)| !drop.contains(n) && !blocks.contains(n) && !summaries(n))
             .filter(|(_, n)| version >= LOGGER_AVERAGE_SINCE || *n != "logger_average_w")
+            .filter(|(_, n)| version >= LOGGER_ENERGY_SINCE || *n != "logger_energy_j")
             .map(|(i, _)| i)
             .collect();
         let mut md = schema.metadata().clone();
@@ -3298,7 +3319,8 @@ mod tests {
         w.finish().unwrap();
     }
 
-    /// A recording of this version with two logger readings (one with a temperature).
+    /// A recording of this version with two logger readings (the first with a
+    /// temperature, an average and a source, the second with an energy counter).
     fn write_with_logger(path: &Path) {
         let mut w = Writer::create(path, &meta()).unwrap();
         w.sample(0.0, Some(0), None, &[(12.0, 1.0), (3.3, 2.0)], &[7]);
@@ -3309,6 +3331,8 @@ mod tests {
                 instant_w: None,
                 average_w: temperature_c.map(|_| 290.5),
                 temperature_c,
+                energy_j: temperature_c.is_none().then_some(12_345.678),
+                source: temperature_c.map(|_| "nvml-fields".to_string()),
                 gpu_ticks: Some(u64::from(k)),
                 host_ns: None,
                 own_s: None,
@@ -3361,6 +3385,39 @@ mod tests {
         // But a version 6 file must have it.
         let bad = Temp::new("average-missing");
         rewrite_as(&f.0, &bad.0, 6, &["logger_average_w"]);
+        let e = open(&bad.0).unwrap_err().to_string();
+        assert!(e.contains("its columns are not the ones"), "{e}");
+    }
+
+    #[test]
+    fn the_loggers_energy_counter_and_source_are_kept_and_read_null_before_version_7() {
+        let f = Temp::new("energy");
+        write_with_logger(&f.0);
+        let rec = read(&f.0).unwrap();
+        let field = rec.schema.field_with_name("logger_energy_j").unwrap();
+        assert_eq!(field.data_type(), &DataType::Float64);
+        assert_eq!(field.metadata()["unit"], "J");
+        let at = |name: &str| rec.schema.index_of(name).unwrap();
+        assert_eq!(at("logger_energy_j"), at("logger_average_w") + 1);
+        let rows = Rows::new(&rec.batches[0]);
+        let e = rows.f64("logger_energy_j");
+        assert_eq!((Rows::get(e, 1), Rows::get(e, 2)), (None, Some(12_345.678)));
+        assert_eq!(Rows::get(e, 0), None, "a sample row");
+        let text = rows.text();
+        assert_eq!((text.is_valid(1), text.value(1)), (true, "nvml-fields"));
+        assert!(text.is_null(2), "a reading that names no source");
+        // A version 6 file has no such column: read, it is there, all null.
+        let v6 = Temp::new("energy-v6");
+        rewrite_as(&f.0, &v6.0, 6, &[]);
+        let rec6 = read(&v6.0).unwrap();
+        assert_eq!(rec6.meta.version, 6);
+        assert_eq!(rec6.schema.fields().len(), rec.schema.fields().len());
+        let rows = Rows::new(&rec6.batches[0]);
+        assert_eq!(rows.f64("logger_energy_j").null_count(), rows.len());
+        assert_eq!(Rows::get(rows.f64("logger_average_w"), 1), Some(290.5));
+        // But a version 7 file must have it.
+        let bad = Temp::new("energy-missing");
+        rewrite_as(&f.0, &bad.0, 7, &["logger_energy_j"]);
         let e = open(&bad.0).unwrap_err().to_string();
         assert!(e.contains("its columns are not the ones"), "{e}");
     }
@@ -3439,10 +3496,10 @@ mod tests {
         );
         rewrite_as(&v4.0, &f.0, 4, &[]);
         assert!(open(&f.0).is_ok());
-        rewrite_as(&v4.0, &f.0, 7, &[]);
+        rewrite_as(&v4.0, &f.0, 8, &[]);
         let e = open(&f.0).unwrap_err().to_string();
         assert!(
-            e.contains("recording format version 7; this railtrace reads versions 2 to 6"),
+            e.contains("recording format version 8; this railtrace reads versions 2 to 7"),
             "{e}"
         );
     }

@@ -33,6 +33,7 @@ TAIL = [
     ("logger_instant_w", pa.float64(), "W"),
     ("logger_temp_c", pa.float64(), "degC"),
     ("logger_average_w", pa.float64(), "W"),
+    ("logger_energy_j", pa.float64(), "J"),
     ("text", pa.string(), None),
     ("gpu_ticks", pa.uint64(), "gpu tick"),
     ("gpu_end_ticks", pa.uint64(), "gpu tick"),
@@ -72,7 +73,7 @@ def main(argv):
     md = schema.metadata or {}
     assert b"railtrace" in md, f"no railtrace key in the schema metadata: {list(md)}"
     meta = json.loads(md[b"railtrace"])
-    assert meta["version"] == 6, meta["version"]
+    assert meta["version"] == 7, meta["version"]
     for key in (b"railtrace", b"railtrace.format", b"railtrace.export"):
         assert key in pf.metadata.metadata, f"{key} not in the Parquet key-value metadata"
 

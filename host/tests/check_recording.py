@@ -35,9 +35,11 @@ def main(argv):
     table = ipc.open_stream(path).read_all()
     meta = json.loads(table.schema.metadata[b"railtrace"])
     assert table.schema.metadata[b"railtrace.format"] == b"railtrace-recording"
-    assert meta["version"] == 6, meta
+    assert meta["version"] == 7, meta
     temp = table.schema.field("logger_temp_c")
     assert temp.metadata[b"unit"] == b"degC", temp.metadata
+    energy = table.schema.field("logger_energy_j")
+    assert energy.metadata[b"unit"] == b"J", energy.metadata
     for rail in meta["rails"]:
         for suffix, unit in (("_v", b"V"), ("_a", b"A"), ("_w", b"W")):
             f = table.schema.field(rail + suffix)

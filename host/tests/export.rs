@@ -90,6 +90,8 @@ fn write_recording(path: &Path) -> Recording {
                 instant_w: Some(40.25),
                 average_w: None,
                 temperature_c: Some(63.5),
+                energy_j: Some(5_000.25),
+                source: Some("nvml-fields".into()),
                 gpu_ticks: Some(123_456),
                 host_ns: None,
                 own_s: None,
@@ -200,6 +202,7 @@ fn parquet_has_the_recordings_columns_values_and_units() {
     assert_eq!(unit("b_v").as_deref(), Some("V"));
     assert_eq!(unit("logger_w").as_deref(), Some("W"));
     assert_eq!(unit("logger_temp_c").as_deref(), Some("degC"));
+    assert_eq!(unit("logger_energy_j").as_deref(), Some("J"));
     let md = schema.metadata();
     let meta: Meta = serde_json::from_str(&md["railtrace"]).unwrap();
     assert_eq!(meta, rec.meta);
@@ -774,19 +777,27 @@ fn the_command_writes_next_to_the_recording_and_says_why_it_cannot() {
 }
 
 /// Rewrites the recording at `from` into `to` as format 3 wrote it: without
-/// `logger_temp_c` (nor `logger_average_w`), its metadata saying version 3.
+/// `logger_temp_c` (nor `logger_average_w` or `logger_energy_j`), its metadata saying
+/// version 3.
 fn rewrite_as_version_3(from: &Path, to: &Path) {
     use arrow_ipc::reader::StreamReader;
     use arrow_ipc::writer::StreamWriter;
     let r =
         StreamReader::try_new(std::io::BufReader::new(File::open(from).unwrap()), None).unwrap();
     let schema = r.schema();
-    // Version 3 had neither the temperature, the block columns of version 5 nor the
-    // average of version 6.
+    // Version 3 had neither the temperature, the block columns of version 5, the
+    // average of version 6 nor the energy of version 7.
     let keep: Vec<usize> = (0..schema.fields().len())
         .filter(|&i| {
             let name = schema.field(i).name().as_str();
-            !["logger_temp_c", "period_ticks", "codes", "logger_average_w"].contains(&name)
+            ![
+                "logger_temp_c",
+                "period_ticks",
+                "codes",
+                "logger_average_w",
+                "logger_energy_j",
+            ]
+            .contains(&name)
                 && !name.ends_with("_w_min")
                 && !name.ends_with("_w_max")
         })

@@ -162,6 +162,8 @@ fn write_recording(path: &Path, period: f64, gap: bool, logger: bool) {
                 instant_w: None,
                 average_w: None,
                 temperature_c: None,
+                energy_j: None,
+                source: None,
                 gpu_ticks: None,
                 host_ns: None,
                 own_s: None,

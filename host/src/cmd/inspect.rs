@@ -3,11 +3,13 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use arrow_array::Array;
 use railtrace::recording::{self, Kind, Rows};
 use serde::Serialize;
 
 /// Prints a recording's summary: source, device, rows of each kind, time span, gaps and
-/// their causes, trigger edges, power per rail.
+/// their causes, trigger edges, power per rail, the GPU logger's readings and its energy
+/// counter.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The recording (.arrow).
@@ -52,6 +54,48 @@ struct Summary {
     edges_by_line: BTreeMap<u8, u64>,
     power: BTreeMap<String, Power>,
     energy_j: f64,
+    logger: Option<LoggerSummary>,
+}
+
+/// The GPU logger's readings.
+#[derive(Debug, Default, Serialize)]
+struct LoggerSummary {
+    readings: u64,
+    /// Where they came from, as the readings say.
+    sources: Vec<String>,
+    /// The GPU's energy counter between its first and last reads.
+    energy_counter: Option<EnergyCounter>,
+}
+
+#[derive(Debug, Serialize)]
+struct EnergyCounter {
+    reads: u64,
+    first_j: f64,
+    last_j: f64,
+    /// Host time from the first read to the last, s.
+    span_s: f64,
+    /// `last_j - first_j`: negative if the counter was reset (the driver reloaded).
+    energy_j: f64,
+    mean_w: f64,
+}
+
+/// The energy counter's reads: (host ns when read, J), in file order.
+fn energy_counter(reads: &[(i64, f64)]) -> Option<EnergyCounter> {
+    let (&(t0, first_j), &(t1, last_j)) = (reads.first()?, reads.last()?);
+    let span_s = (t1 - t0) as f64 * 1e-9;
+    let energy_j = last_j - first_j;
+    Some(EnergyCounter {
+        reads: reads.len() as u64,
+        first_j,
+        last_j,
+        span_s,
+        energy_j,
+        mean_w: if span_s > 0.0 {
+            energy_j / span_s
+        } else {
+            f64::NAN
+        },
+    })
 }
 
 /// The summary of a recording, read a record batch at a time (only the columns it needs).
@@ -66,7 +110,18 @@ fn summarise(path: &Path) -> anyhow::Result<(Summary, Vec<String>)> {
     let mut energy = 0.0;
     let mut prev: Option<(f64, f64)> = None;
     let mut counts = [0u64; recording::KINDS];
-    let mut wanted: Vec<&str> = vec!["time_s", "duration_s", "count", "text", "line"];
+    let mut logger = LoggerSummary::default();
+    let mut counter: Vec<(i64, f64)> = Vec::new();
+    let mut wanted: Vec<&str> = vec![
+        "time_s",
+        "duration_s",
+        "count",
+        "text",
+        "line",
+        "logger_energy_j",
+        "host_send_ns",
+        "host_recv_ns",
+    ];
     wanted.extend(names.iter().map(String::as_str));
     let mut reader = r.reopen(Some(&wanted))?;
     for batch in reader.by_ref() {
@@ -110,6 +165,20 @@ fn summarise(path: &Path) -> anyhow::Result<(Summary, Vec<String>)> {
                 Kind::Edge => {
                     let line = rows.column::<arrow_array::UInt8Array>("line");
                     *edges.entry(line.value(i)).or_insert(0) += 1;
+                }
+                Kind::Logger => {
+                    logger.readings += 1;
+                    if text.is_valid(i) && !logger.sources.iter().any(|s| s == text.value(i)) {
+                        logger.sources.push(text.value(i).to_string());
+                    }
+                    // Read when the host got the reading: its poll time, else its stamp.
+                    let ns = |c| Rows::get(rows.column::<arrow_array::Int64Array>(c), i);
+                    let read_ns = ns("host_send_ns").or_else(|| ns("host_recv_ns"));
+                    if let (Some(j), Some(at)) =
+                        (Rows::get(rows.f64("logger_energy_j"), i), read_ns)
+                    {
+                        counter.push((at, j));
+                    }
                 }
                 _ => {}
             }
@@ -157,6 +226,10 @@ fn summarise(path: &Path) -> anyhow::Result<(Summary, Vec<String>)> {
             })
             .collect(),
         energy_j: energy,
+        logger: (logger.readings > 0).then(|| LoggerSummary {
+            energy_counter: energy_counter(&counter),
+            ..logger
+        }),
     };
     Ok((summary, rails))
 }
@@ -268,5 +341,85 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "energy    {:.3} J (total_w over the samples, gaps excluded)",
         s.energy_j
     );
+    if let Some(l) = &s.logger {
+        let from = if l.sources.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", l.sources.join(", "))
+        };
+        println!("logger    {} readings{from}", l.readings);
+        if let Some(c) = &l.energy_counter {
+            println!(
+                "          its energy counter: {:.3} J over {:.3} s between its first and last of {} reads (mean {:.3} W){}",
+                c.energy_j,
+                c.span_s,
+                c.reads,
+                c.mean_w,
+                if c.energy_j < 0.0 { "; it went back: the counter was reset" } else { "" }
+            );
+        }
+    }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use railtrace::recording::{Event, Meta, Writer, FORMAT_VERSION};
+
+    /// A GPU drawing 250 W whose counter is read at every other poll: the counter's
+    /// energy and mean power, from its host read times.
+    #[test]
+    fn the_loggers_energy_counter_is_summarised() {
+        let path = std::env::temp_dir().join(format!(
+            "railtrace-inspect-energy-{}.arrow",
+            std::process::id()
+        ));
+        let meta = Meta {
+            version: FORMAT_VERSION,
+            source: "test".into(),
+            epoch_utc_ns: 0,
+            timebase: String::new(),
+            rails: vec!["r".into()],
+            code_channels: vec![],
+            device: None,
+            rig: None,
+            settings: None,
+            derive: None,
+        };
+        let mut w = Writer::create(&path, &meta).unwrap();
+        for k in 0..10u32 {
+            let polled_ns = 1_000_000_000 + i64::from(k) * 100_000_000;
+            w.event(&Event::Logger {
+                time_s: f64::NAN,
+                power_w: 250.0,
+                instant_w: None,
+                average_w: None,
+                temperature_c: None,
+                // Read every other poll: 250 W for 0.2 s is 50 J.
+                energy_j: (k % 2 == 1).then(|| 9_000.0 + 25.0 * f64::from(k)),
+                source: Some("nvml-samples".into()),
+                gpu_ticks: None,
+                host_ns: None,
+                own_s: Some(f64::from(k) * 0.1),
+                polled_ns: Some(polled_ns),
+            });
+        }
+        w.finish().unwrap();
+        let (s, _) = summarise(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let l = s.logger.unwrap();
+        assert_eq!(
+            (l.readings, l.sources),
+            (10, vec!["nvml-samples".to_string()])
+        );
+        let c = l.energy_counter.unwrap();
+        assert_eq!((c.reads, c.first_j, c.last_j), (5, 9_025.0, 9_225.0));
+        assert!((c.span_s - 0.8).abs() < 1e-12, "{}", c.span_s);
+        assert!((c.mean_w - 250.0).abs() < 1e-9, "{}", c.mean_w);
+        // No counter, no figure; a reset reads negative.
+        assert!(energy_counter(&[]).is_none());
+        let reset = energy_counter(&[(0, 10.0), (1_000_000_000, 2.0)]).unwrap();
+        assert_eq!((reset.energy_j, reset.mean_w), (-8.0, -8.0));
+    }
 }

@@ -288,6 +288,8 @@ impl GpuMetricsLogger {
             power_w: m.socket_power_w,
             instant_w: None,
             temperature_c: m.temperature_c,
+            energy_j: None,
+            source: "gpu_metrics",
         })
     }
 }

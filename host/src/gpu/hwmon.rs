@@ -102,6 +102,8 @@ impl HwmonLogger {
             power_w,
             instant_w,
             temperature_c,
+            energy_j: None,
+            source: "hwmon",
         })
     }
 }

@@ -131,6 +131,12 @@ pub struct LoggerReading {
     /// The GPU's temperature the logger reported with the reading, °C, where it reports
     /// one.
     pub temperature_c: Option<f64>,
+    /// The GPU's cumulative energy counter, J, read when railtrace got the reading
+    /// (`host_ns`), where the logger has one.
+    pub energy_j: Option<f64>,
+    /// Where the reading came from, in a word (`nvml-samples`, `hwmon`, `twin`...): kept
+    /// with each reading in the recording.
+    pub source: &'static str,
 }
 
 /// Runs kernels on a GPU.

@@ -16,7 +16,11 @@
 //! 3. **`nvmlDeviceGetPowerUsage`**, which has no timestamp: those readings are stamped
 //!    with the host time at the middle of the call ([`Stamp::HostNs`]).
 //!
-//! NVML's timestamps become [`Stamp::Own`] at 1 MHz.
+//! NVML's timestamps become [`Stamp::Own`] at 1 MHz. Each reading names its source
+//! ([`Source::tag`]), and where the GPU has one (Volta and newer), the last reading of
+//! each poll carries the driver's energy counter (`nvmlDeviceGetTotalEnergyConsumption`,
+//! mJ since the driver was loaded), read right after the power: the energy over any
+//! stretch of a run, which no polling can alias.
 
 use nvml_wrapper::enum_wrappers::device::Sampling;
 use nvml_wrapper::enums::device::SampleValue;
@@ -56,6 +60,15 @@ impl Source {
             Source::PowerUsage => "nvmlDeviceGetPowerUsage",
         }
     }
+
+    /// The source in a word, as each reading keeps it.
+    pub fn tag(self) -> &'static str {
+        match self {
+            Source::Samples => "nvml-samples",
+            Source::Fields => "nvml-fields",
+            Source::PowerUsage => "nvml-power-usage",
+        }
+    }
 }
 
 /// One NVIDIA GPU's power readings.
@@ -65,6 +78,8 @@ pub struct NvmlLogger {
     index: u32,
     name: String,
     source: Source,
+    /// Whether the GPU has an energy counter.
+    energy: bool,
     /// The newest sample read from the buffer, µs (NVML's timestamp).
     last_sample_us: u64,
 }
@@ -98,11 +113,13 @@ impl NvmlLogger {
         } else {
             Source::PowerUsage
         };
+        let energy = device.total_energy_consumption().is_ok();
         Ok(NvmlLogger {
             nvml,
             index,
             name,
             source,
+            energy,
             last_sample_us,
         })
     }
@@ -112,13 +129,20 @@ impl NvmlLogger {
         self.source
     }
 
+    /// Whether the readings carry the GPU's energy counter.
+    pub fn has_energy_counter(&self) -> bool {
+        self.energy
+    }
+
+    fn device(&self) -> Result<nvml_wrapper::Device<'_>, GpuError> {
+        (self.nvml.device_by_index(self.index))
+            .map_err(|e| error(&format!("NVIDIA GPU {}", self.index), e))
+    }
+
     /// Reads the power once (from the fields, else `nvmlDeviceGetPowerUsage`).
     pub fn read(&self) -> Result<LoggerReading, GpuError> {
         let what = format!("NVIDIA GPU {}", self.index);
-        let device = self
-            .nvml
-            .device_by_index(self.index)
-            .map_err(|e| error(&what, e))?;
+        let device = self.device()?;
         if self.source == Source::Fields {
             let values = device.field_values_for(&FIELDS);
             let after = host_now_ns();
@@ -135,6 +159,8 @@ impl NvmlLogger {
             power_w: f64::from(mw) * 1e-3,
             instant_w: None,
             temperature_c: None,
+            energy_j: None,
+            source: Source::PowerUsage.tag(),
         })
     }
 }
@@ -150,19 +176,21 @@ impl PowerLogger for NvmlLogger {
     }
 
     fn poll(&mut self) -> Result<Vec<LoggerReading>, GpuError> {
-        if self.source != Source::Samples {
-            return Ok(vec![self.read()?]);
+        let mut readings = if self.source != Source::Samples {
+            vec![self.read()?]
+        } else {
+            let samples = (self.device()?)
+                .samples(Sampling::Power, self.last_sample_us)
+                .map_err(|e| error(&format!("NVIDIA GPU {}", self.index), e))?;
+            let (readings, last) = from_samples(samples, self.last_sample_us, host_now_ns());
+            self.last_sample_us = last;
+            readings
+        };
+        if self.energy && !readings.is_empty() {
+            // A counter that fails now and then leaves that poll without it.
+            let mj = self.device()?.total_energy_consumption().ok();
+            with_energy(&mut readings, mj);
         }
-        let what = format!("NVIDIA GPU {}", self.index);
-        let device = self
-            .nvml
-            .device_by_index(self.index)
-            .map_err(|e| error(&what, e))?;
-        let samples = device
-            .samples(Sampling::Power, self.last_sample_us)
-            .map_err(|e| error(&what, e))?;
-        let (readings, last) = from_samples(samples, self.last_sample_us, host_now_ns());
-        self.last_sample_us = last;
         Ok(readings)
     }
 }
@@ -193,7 +221,17 @@ fn from_fields(
         power_w: average.or(instant)?.0,
         instant_w: instant.map(|(w, _)| w),
         temperature_c: None,
+        energy_j: None,
+        source: Source::Fields.tag(),
     })
+}
+
+/// The energy counter `mj` (mJ), read once after the readings of one poll, given to the
+/// newest of them (J): the others were taken before it.
+fn with_energy(readings: &mut [LoggerReading], mj: Option<u64>) {
+    if let Some(r) = readings.last_mut() {
+        r.energy_j = mj.map(|mj| mj as f64 * 1e-3);
+    }
 }
 
 /// The buffer's samples newer than `last_us` as readings, oldest first, and the newest
@@ -221,6 +259,8 @@ fn from_samples(samples: Vec<Sample>, last_us: u64, host_ns: i64) -> (Vec<Logger
             power_w: mw * 1e-3,
             instant_w: None,
             temperature_c: None,
+            energy_j: None,
+            source: Source::Samples.tag(),
         })
         .collect();
     (readings, last)
@@ -335,9 +375,35 @@ mod tests {
             ]
         );
         assert!(r.iter().all(|r| r.host_ns == 9 && r.instant_w.is_none()));
+        assert!(r.iter().all(|r| r.source == "nvml-samples"));
         // Nothing new: no readings, and the last stays.
         let (r, last) = from_samples(vec![s(3_000, 1)], 3_000, 0);
         assert!(r.is_empty() && last == 3_000);
+    }
+
+    /// The counter read after a poll belongs to its newest reading only, in J.
+    #[test]
+    fn the_energy_counter_goes_with_the_newest_reading() {
+        let s = |timestamp, mw| Sample {
+            timestamp,
+            value: SampleValue::U32(mw),
+        };
+        let (mut r, _) = from_samples(vec![s(2_000, 250_000), s(1_000, 100_000)], 0, 9);
+        with_energy(&mut r, Some(123_456_789));
+        let energy: Vec<Option<f64>> = r.iter().map(|r| r.energy_j).collect();
+        assert_eq!(energy, [None, Some(123_456.789)]);
+        assert_eq!(
+            r[1].stamp,
+            Stamp::Own {
+                ticks: 2_000,
+                hz: 1e6
+            }
+        );
+        // A poll whose counter read failed: no energy, the readings kept.
+        let mut one = vec![r[0]];
+        with_energy(&mut one, None);
+        assert_eq!((one.len(), one[0].energy_j), (1, None));
+        with_energy(&mut [], Some(1));
     }
 
     /// Without an NVIDIA driver, opening fails cleanly; with one, a reading comes back.
@@ -360,6 +426,11 @@ mod tests {
                 }
                 println!("{}: {:?}", logger.describe(), r);
                 assert!(r.first().is_some_and(|r| r.power_w > 0.0), "{r:?}");
+                let newest = r.last().unwrap();
+                assert_eq!(newest.source, logger.source().tag());
+                if logger.has_energy_counter() {
+                    assert!(newest.energy_j.is_some_and(|j| j > 0.0), "{newest:?}");
+                }
             }
         }
     }

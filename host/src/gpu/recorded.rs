@@ -1,6 +1,7 @@
 //! A logger's readings from a recording (e.g. nvidia-smi's in a `railtrace import pmd`),
-//! replayed as a [`PowerLogger`]: every `logger` row, with its host timestamp and the
-//! temperature it reported (`logger_temp_c`, null in recordings older than format 4).
+//! replayed as a [`PowerLogger`]: every `logger` row, with its host timestamp, the
+//! temperature it reported (`logger_temp_c`, null in recordings older than format 4) and
+//! its energy counter (`logger_energy_j`, null before format 7).
 
 use std::path::Path;
 
@@ -21,11 +22,12 @@ impl RecordedLogger {
         let epoch = r.meta.epoch_utc_ns;
         let mut readings = Vec::new();
         for rows in r.rows() {
-            let (time, w, inst, temp) = (
+            let (time, w, inst, temp, energy) = (
                 rows.f64("time_s"),
                 rows.f64("logger_w"),
                 rows.f64("logger_instant_w"),
                 rows.f64("logger_temp_c"),
+                rows.f64("logger_energy_j"),
             );
             let host = rows.column::<arrow_array::Int64Array>("host_recv_ns");
             for i in 0..rows.len() {
@@ -41,6 +43,8 @@ impl RecordedLogger {
                     power_w: w.value(i),
                     instant_w: Rows::get(inst, i),
                     temperature_c: Rows::get(temp, i),
+                    energy_j: Rows::get(energy, i),
+                    source: "recorded",
                 });
             }
         }
@@ -95,6 +99,8 @@ mod tests {
                 instant_w: None,
                 average_w: None,
                 temperature_c,
+                energy_j: host_ns.map(|_| 7.5),
+                source: None,
                 gpu_ticks: None,
                 host_ns,
                 own_s: None,
@@ -109,6 +115,7 @@ mod tests {
         assert_eq!(r[1].stamp, Stamp::HostNs(1_500_000_000), "epoch + time_s");
         assert_eq!(r[1].power_w, 101.0);
         assert_eq!((r[0].temperature_c, r[1].temperature_c), (Some(55.5), None));
+        assert_eq!((r[0].energy_j, r[1].energy_j), (Some(7.5), None));
         assert!(l.poll().unwrap().is_empty());
         std::fs::remove_file(&path).unwrap();
         let e = RecordedLogger::open(Path::new("/nonexistent.arrow")).unwrap_err();

@@ -208,6 +208,8 @@ impl PowerLogger for TwinLogger<'_> {
                 power_w: l.power_w,
                 instant_w: None,
                 temperature_c: l.temperature_c,
+                energy_j: None,
+                source: "twin",
             })
             .collect())
     }

@@ -393,6 +393,8 @@ pub fn write_recording(
         instant_w: r.power_instant_w,
         average_w: r.power_average_w,
         temperature_c: r.temperature_c,
+        energy_j: None,
+        source: None,
         gpu_ticks: None,
         host_ns: Some((r.time_us * 1e3).round() as i64),
         own_s: None,
