@@ -125,3 +125,19 @@ fn times_take_units() {
         assert!(err.contains("no such serial port"), "{d}: {err}");
     }
 }
+
+/// The twin's GPU has its scenario's logger: a real GPU's named with it is refused in one
+/// line, before the twin starts or any file is made.
+#[test]
+fn a_real_loggers_name_on_the_twin_is_refused() {
+    let out = std::env::temp_dir().join("railtrace-options-twin-logger.arrow");
+    let o = railtrace(&["profile", "-o", out.to_str().unwrap(), "--logger", "nvml"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("--logger nvml: the twin's GPU has its own logger"),
+        "{err}"
+    );
+    assert!(!out.exists());
+}

@@ -160,6 +160,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     match args.gpu.as_str() {
         "twin" => {
+            if let Some(l) = &args.logger {
+                anyhow::bail!(
+                    "--logger {l}: the twin's GPU has its own logger, the one its scenario's [logger] describes; --logger names a real GPU's"
+                );
+            }
             let loaded =
                 railtrace_twin::scenario::load_with(args.scenario.as_deref(), args.rig.as_deref())?;
             let twin = railtrace_twin::Twin::start(&loaded).context("the twin did not start")?;
