@@ -2128,6 +2128,7 @@ fn refine(
             let scaled: Vec<f64> = (0..p * p)
                 .map(|ab| jtj[ab] * scale[ab / p] * scale[ab % p])
                 .collect();
+            let rhs: Vec<f64> = (0..p).map(|i| jtr[i] * scale[i]).collect();
             let mut improved = false;
             while lambda < 1e12 {
                 let mut a = scaled.clone();
@@ -2138,7 +2139,7 @@ fn refine(
                         1.0
                     };
                 }
-                let mut step: Vec<f64> = (0..p).map(|i| jtr[i] * scale[i]).collect();
+                let mut step = rhs.clone();
                 if !cholesky_solve(&mut a, p, &mut step) {
                     lambda *= 10.0;
                     continue;
@@ -2148,7 +2149,7 @@ fn refine(
                 let gain_pred: f64 = (0..p)
                     .map(|i| {
                         let ai: f64 = (0..p).map(|j| scaled[i * p + j] * step[j]).sum();
-                        step[i] * (2.0 * jtr[i] * scale[i] - ai)
+                        step[i] * (2.0 * rhs[i] - ai)
                     })
                     .sum();
                 if gain_pred.is_nan() || gain_pred < negligible * rss0 {

@@ -131,6 +131,11 @@ fn summarise(path: &Path) -> anyhow::Result<(Summary, Vec<String>)> {
         let time = rows.f64("time_s");
         let cols: Vec<_> = names.iter().map(|n| rows.f32(n)).collect();
         let text = rows.text();
+        let (send, recv) = (
+            rows.column::<arrow_array::Int64Array>("host_send_ns"),
+            rows.column::<arrow_array::Int64Array>("host_recv_ns"),
+        );
+        let counter_j = rows.f64("logger_energy_j");
         for i in 0..rows.len() {
             match rows.kind(i) {
                 Kind::Sample => {
@@ -172,11 +177,8 @@ fn summarise(path: &Path) -> anyhow::Result<(Summary, Vec<String>)> {
                         logger.sources.push(text.value(i).to_string());
                     }
                     // Read when the host got the reading: its poll time, else its stamp.
-                    let ns = |c| Rows::get(rows.column::<arrow_array::Int64Array>(c), i);
-                    let read_ns = ns("host_send_ns").or_else(|| ns("host_recv_ns"));
-                    if let (Some(j), Some(at)) =
-                        (Rows::get(rows.f64("logger_energy_j"), i), read_ns)
-                    {
+                    let read_ns = Rows::get(send, i).or_else(|| Rows::get(recv, i));
+                    if let (Some(j), Some(at)) = (Rows::get(counter_j, i), read_ns) {
                         counter.push((at, j));
                     }
                 }

@@ -134,14 +134,18 @@ impl NvmlLogger {
         self.energy
     }
 
+    /// The GPU, as errors name it.
+    fn what(&self) -> String {
+        format!("NVIDIA GPU {}", self.index)
+    }
+
     fn device(&self) -> Result<nvml_wrapper::Device<'_>, GpuError> {
-        (self.nvml.device_by_index(self.index))
-            .map_err(|e| error(&format!("NVIDIA GPU {}", self.index), e))
+        (self.nvml.device_by_index(self.index)).map_err(|e| error(&self.what(), e))
     }
 
     /// Reads the power once (from the fields, else `nvmlDeviceGetPowerUsage`).
     pub fn read(&self) -> Result<LoggerReading, GpuError> {
-        let what = format!("NVIDIA GPU {}", self.index);
+        let what = self.what();
         let device = self.device()?;
         if self.source == Source::Fields {
             let values = device.field_values_for(&FIELDS);
@@ -181,7 +185,7 @@ impl PowerLogger for NvmlLogger {
         } else {
             let samples = (self.device()?)
                 .samples(Sampling::Power, self.last_sample_us)
-                .map_err(|e| error(&format!("NVIDIA GPU {}", self.index), e))?;
+                .map_err(|e| error(&self.what(), e))?;
             let (readings, last) = from_samples(samples, self.last_sample_us, host_now_ns());
             self.last_sample_us = last;
             readings
