@@ -67,7 +67,8 @@
 //!    update's index), then the delay optimised exactly again at the new point, until
 //!    the residual falls by less than a hundredth of one reading's noise variance. A
 //!    family whose residual on the part is over [`UNREFINED_RSS_RATIO`] times the best
-//!    one's there is not refined: it cannot be chosen.
+//!    one's there is not refined: it cannot be chosen; one already that far behind on the
+//!    search's readings is not polished either.
 //!    The free response's weights are fitted on at most [`RESPONSE_UPDATES`] updates spread
 //!    evenly over the readings, its residual over all of them. The cost is then the
 //!    search's (fixed) plus a few passes over the readings and the reference, linear in
@@ -122,6 +123,18 @@ use crate::ParamError;
 // Reference trace
 // ----------------------------------------------------------------------------------------
 
+/// A node of a [`Reference`]: the running integral at it, J, from the first, and in a
+/// lattice the tilt of the cell it starts (half the rise of the cell's straight line, W).
+/// Kept together in 12 bytes, so that an integral's cell comes from memory in one fetch:
+/// on a long capture's lattice, larger than any cache, the fetches are what an integral
+/// costs.
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C, packed(4))]
+struct Node {
+    e: f64,
+    tilt: f32,
+}
+
 /// A dense reference power trace (the rig or an external meter), in one of two forms:
 ///
 /// - its samples ([`Reference::new`]), linearly interpolated between them and held at the
@@ -144,10 +157,9 @@ pub struct Reference {
     t: Vec<f64>,
     /// Sample powers (samples); empty for a lattice.
     p: Vec<f64>,
-    /// Running integral at each sample (lattice node), J, from the first.
-    e: Vec<f64>,
-    /// A lattice's tilt per cell: half the rise of its straight line across the cell, W.
-    tilt: Vec<f32>,
+    /// Running integral at each sample (lattice node), and a lattice's tilt of the cell
+    /// each node starts.
+    nodes: Vec<Node>,
     /// The median sample interval of the samples it came from, s.
     spacing_s: f64,
     /// A lattice's cell width: node `i` at `i·cell_s`.
@@ -192,12 +204,12 @@ impl Reference {
         }
         let origin_s = times_s[0];
         let t: Vec<f64> = times_s.iter().map(|x| x - origin_s).collect();
-        let mut e = Vec::with_capacity(t.len());
+        let mut nodes = Vec::with_capacity(t.len());
         let mut acc = 0.0;
-        e.push(0.0);
+        nodes.push(Node::default());
         for i in 1..t.len() {
             acc += 0.5 * (power_w[i - 1] + power_w[i]) * (t[i] - t[i - 1]);
-            e.push(acc);
+            nodes.push(Node { e: acc, tilt: 0.0 });
         }
         let mut d: Vec<f64> = t.windows(2).map(|w| w[1] - w[0]).collect();
         d.sort_by(f64::total_cmp);
@@ -206,8 +218,7 @@ impl Reference {
             spacing_s: d[d.len() / 2],
             t,
             p: power_w.to_vec(),
-            e,
-            tilt: Vec::new(),
+            nodes,
             cell_s: None,
             gaps: Vec::new(),
         })
@@ -215,12 +226,12 @@ impl Reference {
 
     /// Number of samples (of a lattice: its nodes, one more than its cells).
     pub fn len(&self) -> usize {
-        self.e.len()
+        self.nodes.len()
     }
 
     /// Always false (a reference has at least 2 samples).
     pub fn is_empty(&self) -> bool {
-        self.e.is_empty()
+        self.nodes.is_empty()
     }
 
     /// Time of the first sample (lattice node), s.
@@ -264,8 +275,11 @@ impl Reference {
             return Err(ParamError::new("offset_s", offset_s, "must be finite"));
         }
         self.origin_s = offset_s + slope * self.origin_s;
-        for x in self.t.iter_mut().chain(self.e.iter_mut()) {
+        for x in self.t.iter_mut() {
             *x *= slope;
+        }
+        for n in self.nodes.iter_mut() {
+            n.e *= slope;
         }
         for g in &mut self.gaps {
             *g = (g.0 * slope, g.1 * slope);
@@ -306,7 +320,7 @@ impl Reference {
     /// The last sample's (node's) relative time.
     fn last_rel(&self) -> f64 {
         match self.cell_s {
-            Some(c) => (self.e.len() - 1) as f64 * c,
+            Some(c) => (self.nodes.len() - 1) as f64 * c,
             None => self.t[self.t.len() - 1],
         }
     }
@@ -327,27 +341,28 @@ impl Reference {
     /// Index `i` of the sample interval (cell) `[t_i, t_{i+1})` holding `x`, clamped to
     /// `0..=n−2`.
     fn locate(&self, x: f64) -> usize {
-        let n = self.e.len();
+        let n = self.nodes.len();
         match self.cell_s {
-            Some(c) => ((x / c).floor().max(0.0) as usize).min(n - 2),
+            // Truncation is the floor here (≥ 0), without a call to libm's `floor`.
+            Some(c) => ((x / c).max(0.0) as usize).min(n - 2),
             None => self.t.partition_point(|&ti| ti <= x).clamp(1, n - 1) - 1,
         }
     }
 
     /// A lattice's mean power in cell `i`.
     fn cell_mean(&self, i: usize, cell: f64) -> f64 {
-        (self.e[i + 1] - self.e[i]) / cell
+        (self.nodes[i + 1].e - self.nodes[i].e) / cell
     }
 
     /// A lattice's cell `i` as the power at its start and its slope, (W, W/s).
     fn cell_line(&self, i: usize, cell: f64) -> (f64, f64) {
-        let tilt = f64::from(self.tilt[i]);
+        let tilt = f64::from(self.nodes[i].tilt);
         (self.cell_mean(i, cell) - tilt, 2.0 * tilt / cell)
     }
 
     fn p_rel(&self, x: f64) -> f64 {
         if let Some(c) = self.cell_s {
-            let n = self.e.len();
+            let n = self.nodes.len();
             let i = self.locate(x);
             let h = (x - i as f64 * c).clamp(0.0, c);
             let (a, b) = self.cell_line(i, c);
@@ -374,20 +389,20 @@ impl Reference {
     /// Running integral at relative time `x`.
     fn e_rel(&self, x: f64) -> f64 {
         if let Some(c) = self.cell_s {
-            let n = self.e.len();
+            let n = self.nodes.len();
             let end = (n - 1) as f64 * c;
             return if x <= 0.0 {
                 x * self.cell_line(0, c).0
             } else if x >= end {
                 let (a, b) = self.cell_line(n - 2, c);
-                self.e[n - 1] + (x - end) * (a + b * c)
+                self.nodes[n - 1].e + (x - end) * (a + b * c)
             } else {
                 // `h·(a + b·h/2)` of the cell's line `(a, b)`, written without divisions:
                 // with `u = h/c`, `u·ΔE − tilt·h·(1 − u)`.
                 let i = self.locate(x);
                 let h = x - i as f64 * c;
                 let (a, b) = self.cell_line(i, c);
-                self.e[i] + h * (a + 0.5 * b * h)
+                self.nodes[i].e + h * (a + 0.5 * b * h)
             };
         }
         let n = self.t.len();
@@ -395,12 +410,12 @@ impl Reference {
             return x * self.p[0];
         }
         if x >= self.t[n - 1] {
-            return self.e[n - 1] + (x - self.t[n - 1]) * self.p[n - 1];
+            return self.nodes[n - 1].e + (x - self.t[n - 1]) * self.p[n - 1];
         }
         let i = self.locate(x);
         let h = x - self.t[i];
         let slope = (self.p[i + 1] - self.p[i]) / (self.t[i + 1] - self.t[i]);
-        self.e[i] + h * (self.p[i] + 0.5 * slope * h)
+        self.nodes[i].e + h * (self.p[i] + 0.5 * slope * h)
     }
 
     fn mean_rel(&self, a: f64, b: f64) -> f64 {
@@ -414,13 +429,13 @@ impl Reference {
     /// around it), for a search over part of the readings: its times are relative to its
     /// own first sample (node), which is returned with it.
     fn part(&self, from: f64, to: f64) -> (Reference, f64) {
-        let n = self.e.len();
+        let n = self.nodes.len();
         let i0 = self.locate(from);
         let i1 = (self.locate(to) + 2).min(n);
         if i1 - i0 < 2 {
             return (self.clone(), 0.0);
         }
-        let (t0, e0) = (self.node(i0), self.e[i0]);
+        let (t0, e0) = (self.node(i0), self.nodes[i0].e);
         let r = Reference {
             origin_s: self.origin_s + t0,
             t: self
@@ -428,11 +443,12 @@ impl Reference {
                 .get(i0..i1)
                 .map_or(Vec::new(), |t| t.iter().map(|x| x - t0).collect()),
             p: self.p.get(i0..i1).map_or(Vec::new(), <[f64]>::to_vec),
-            e: self.e[i0..i1].iter().map(|e| e - e0).collect(),
-            tilt: self
-                .tilt
-                .get(i0..i1 - 1)
-                .map_or(Vec::new(), <[f32]>::to_vec),
+            nodes: (self.nodes[i0..i1].iter())
+                .map(|n| Node {
+                    e: n.e - e0,
+                    tilt: n.tilt,
+                })
+                .collect(),
             spacing_s: self.spacing_s,
             cell_s: self.cell_s,
             gaps: (self.gaps.iter())
@@ -466,10 +482,9 @@ pub struct LatticeBuilder {
     last: Option<(f64, f64)>,
     /// Running integral at the last sample, J.
     acc: f64,
-    e: Vec<f64>,
+    nodes: Vec<Node>,
     /// First moment of the open cell about its middle so far, J·s.
     mom: f64,
-    tilt: Vec<f32>,
     /// The first intervals, for the median spacing.
     first: Vec<f64>,
     /// Intervals longer than 1.5 × the median known so far (all of the first ones).
@@ -500,9 +515,8 @@ impl LatticeBuilder {
             origin_s: f64::NAN,
             last: None,
             acc: 0.0,
-            e: Vec::new(),
+            nodes: Vec::new(),
             mom: 0.0,
-            tilt: Vec::new(),
             first: Vec::with_capacity(SPACING_INTERVALS),
             long: Vec::new(),
             median: None,
@@ -567,7 +581,7 @@ impl LatticeBuilder {
         }
         let Some((x0, p0)) = self.last else {
             self.origin_s = t_s;
-            self.e.push(0.0);
+            self.nodes.push(Node::default());
             self.last = Some((0.0, power_w));
             self.samples = 1;
             return Ok(());
@@ -591,19 +605,23 @@ impl LatticeBuilder {
         };
         let mut from = x0;
         loop {
-            let node = self.e.len() as f64 * c;
+            let node = self.nodes.len() as f64 * c;
             if node > x {
                 break;
             }
             let s = node - x0;
-            self.e.push(self.acc + s * (p0 + 0.5 * slope * s));
             // The cell just closed: its line's half rise, 6·moment / cell².
             self.mom += moment(from, node, node - 0.5 * c);
-            self.tilt.push((6.0 * self.mom / (c * c)) as f32);
+            let closed = self.nodes.len() - 1;
+            self.nodes[closed].tilt = (6.0 * self.mom / (c * c)) as f32;
+            self.nodes.push(Node {
+                e: self.acc + s * (p0 + 0.5 * slope * s),
+                tilt: 0.0,
+            });
             self.mom = 0.0;
             from = node;
         }
-        self.mom += moment(from, x, self.e.len() as f64 * c - 0.5 * c);
+        self.mom += moment(from, x, self.nodes.len() as f64 * c - 0.5 * c);
         self.acc += 0.5 * (p0 + power_w) * h;
         self.last = Some((x, power_w));
         self.samples += 1;
@@ -637,7 +655,7 @@ impl LatticeBuilder {
         if let Some((t, p)) = &self.exact {
             return Reference::new(t, p);
         }
-        if self.e.len() < 2 {
+        if self.nodes.len() < 2 {
             return Err(ParamError::new(
                 "reference samples",
                 self.samples as f64,
@@ -652,8 +670,7 @@ impl LatticeBuilder {
             gaps: (self.long.into_iter())
                 .filter(|g| g.1 - g.0 > 2.0 * spacing)
                 .collect(),
-            e: self.e,
-            tilt: self.tilt,
+            nodes: self.nodes,
             spacing_s: spacing,
             cell_s: Some(self.cell_s),
         })
@@ -704,14 +721,15 @@ impl CellStep {
 
     /// The state after lattice cell `i` of `r`, from `y0` at its start.
     fn over(&self, y0: f64, r: &Reference, i: usize) -> f64 {
-        y0 * self.decay + self.alpha * (r.e[i + 1] - r.e[i]) + self.kappa * f64::from(r.tilt[i])
+        let (a, b) = (r.nodes[i], r.nodes[i + 1]);
+        y0 * self.decay + self.alpha * (b.e - a.e) + self.kappa * f64::from(a.tilt)
     }
 }
 
 impl<'a> LowPass<'a> {
     fn new(reference: &'a Reference, tau_s: f64) -> Self {
         if let Some(c) = reference.cell_s {
-            let n = reference.e.len();
+            let n = reference.nodes.len();
             let step = CellStep::new(c, tau_s);
             let mut y = Vec::with_capacity(n / LP_CHECK + 2);
             let mut state = reference.cell_line(0, c).0;
@@ -759,7 +777,7 @@ impl<'a> LowPass<'a> {
     fn at_rel(&self, x: f64) -> f64 {
         let r = self.reference;
         if let (Some(c), Some(step)) = (r.cell_s, self.step) {
-            let n = r.e.len();
+            let n = r.nodes.len();
             if x <= 0.0 {
                 return r.cell_line(0, c).0;
             }
@@ -1998,11 +2016,32 @@ fn busiest(w: &[f64], n: usize) -> std::ops::Range<usize> {
 /// The predictions `r(u)` of a family at each update index of `ks`, for the grid of `x`
 /// and the response `feat`.
 fn features(engine: &Engine<'_>, kind: Kind, x: &[f64], feat: &Feat<'_>, ks: &[i64]) -> Vec<f64> {
-    let (t, phi, _) = unpack(kind, x);
-    let reference = engine.reference;
-    ks.iter()
-        .map(|&k| feat.at(reference, engine.t_mid + phi + k as f64 * t))
-        .collect()
+    features_of(engine, kind, &[(x, feat)], ks).remove(0)
+}
+
+/// [`features`] of several grids and responses at once, in one pass over the updates:
+/// the reference's cells around an update are fetched from memory once for all of them,
+/// not once each (on a long capture's lattice, larger than any cache, the fetches are
+/// what [`features`] costs). Each prediction is computed exactly as [`features`] does.
+fn features_of(
+    engine: &Engine<'_>,
+    kind: Kind,
+    at: &[(&[f64], &Feat<'_>)],
+    ks: &[i64],
+) -> Vec<Vec<f64>> {
+    let grids: Vec<(f64, f64)> = (at.iter())
+        .map(|(x, _)| {
+            let (t, phi, _) = unpack(kind, x);
+            (t, phi)
+        })
+        .collect();
+    let mut out: Vec<Vec<f64>> = at.iter().map(|_| Vec::with_capacity(ks.len())).collect();
+    for &k in ks {
+        for ((o, &(t, phi)), (_, feat)) in out.iter_mut().zip(&grids).zip(at) {
+            o.push(feat.at(engine.reference, engine.t_mid + phi + k as f64 * t));
+        }
+    }
+    out
 }
 
 /// Weighted least squares of group means `y` (weights `c`) on `f`: `(gain, offset, rss)`
@@ -2061,31 +2100,34 @@ fn refine(
         let mut lambda = 1e-3;
         for _ in 0..8 {
             let (f0, g, off, rss0) = (&cur.0, cur.1, cur.2, cur.3);
-            // Columns: ∂(g·f)/∂x_i by central differences, then f and 1.
-            let mut cols: Vec<Vec<f64>> = Vec::with_capacity(dim + 2);
-            // The period and the phase move the grid, not the response: one for both.
+            // Columns: ∂(g·f)/∂x_i by central differences, then f and 1. The period and
+            // the phase move the grid, not the response: one for both.
             let here = &cur.4;
-            for i in 1..dim {
-                let h = match i {
+            let hs: Vec<f64> = (1..dim)
+                .map(|i| match i {
                     1 => h_u,
                     _ => (h_u / unpack(kind, &xi).2).max(1e-4),
-                };
-                let (mut xp, mut xm) = (xi.clone(), xi.clone());
-                xp[i] += h;
-                xm[i] -= h;
-                let (fp, fm) = if i == 1 {
-                    let f = |x: &[f64]| features(engine, kind, x, here, &ks);
-                    (f(&xp), f(&xm))
-                } else {
-                    let f = |x: &[f64]| {
-                        let feat = feat_for(reference, kind, unpack(kind, x).2);
-                        features(engine, kind, x, &feat, &ks)
-                    };
-                    (f(&xp), f(&xm))
-                };
+                })
+                .collect();
+            let moved: Vec<Vec<f64>> = (1..dim)
+                .flat_map(|i| {
+                    let (mut xp, mut xm) = (xi.clone(), xi.clone());
+                    xp[i] += hs[i - 1];
+                    xm[i] -= hs[i - 1];
+                    [xp, xm]
+                })
+                .collect();
+            let shaped: Vec<Feat<'_>> = (moved[2..].iter())
+                .map(|x| feat_for(reference, kind, unpack(kind, x).2))
+                .collect();
+            let at: Vec<(&[f64], &Feat<'_>)> = (moved.iter().enumerate())
+                .map(|(j, x)| (&x[..], if j < 2 { here } else { &shaped[j - 2] }))
+                .collect();
+            let fs = features_of(engine, kind, &at, &ks);
+            let mut cols: Vec<Vec<f64>> = Vec::with_capacity(dim + 2);
+            for (pm, h) in fs.chunks(2).zip(&hs) {
                 cols.push(
-                    fp.iter()
-                        .zip(&fm)
+                    (pm[0].iter().zip(&pm[1]))
                         .map(|(a, b)| g * (a - b) / (2.0 * h))
                         .collect(),
                 );
@@ -2224,14 +2266,6 @@ fn finish_parametric(engine: &Engine<'_>, opt: &Optimum, w: &[f64]) -> (FamilyFi
     // period and the phase move the grid only, so their steps keep the response.
     let ks: Vec<i64> = gr.iter().map(|g| g.0).collect();
     let here = feat_for(reference, opt.kind, shape);
-    let preds = |x: &[f64], same_shape: bool| -> Vec<f64> {
-        if same_shape {
-            return features(engine, opt.kind, x, &here, &ks);
-        }
-        let feat = feat_for(reference, opt.kind, unpack(opt.kind, x).2);
-        features(engine, opt.kind, x, &feat, &ks)
-    };
-    let f0 = preds(&opt.x, true);
     let kmax = gr
         .iter()
         .map(|g| g.0.unsigned_abs())
@@ -2239,9 +2273,11 @@ fn finish_parametric(engine: &Engine<'_>, opt: &Optimum, w: &[f64]) -> (FamilyFi
         .unwrap_or(1)
         .max(1) as f64;
     let h_u = (2.0 * reference.median_spacing_s()).max(1e-6 * t);
-    // Derivatives in natural units: T, φ, then W or τ (not their logs).
-    let mut cols: Vec<Vec<f64>> = Vec::new();
+    // Derivatives in natural units: T, φ, then W or τ (not their logs), by differences
+    // `(x + h) − (x − hm)`.
     let nl = if opt.kind == Kind::Tiling { 2 } else { 3 };
+    let mut moved: Vec<Vec<f64>> = Vec::with_capacity(2 * nl);
+    let mut widths: Vec<f64> = Vec::with_capacity(nl);
     for c in 0..nl {
         let (mut xp, mut xm) = (opt.x.clone(), opt.x.clone());
         let h = match c {
@@ -2252,23 +2288,32 @@ fn finish_parametric(engine: &Engine<'_>, opt: &Optimum, w: &[f64]) -> (FamilyFi
         if c < 2 {
             xp[c] += h;
             xm[c] -= h;
+            widths.push(2.0 * h);
         } else {
             xp[c] = (shape + h).ln();
             xm[c] = (shape - h).max(0.5 * shape).ln();
+            widths.push(h + shape - (shape - h).max(0.5 * shape));
         }
-        let hm = if c < 2 {
-            h
-        } else {
-            shape - (shape - h).max(0.5 * shape)
-        };
-        let (fp, fm) = (preds(&xp, c < 2), preds(&xm, c < 2));
-        cols.push(
-            fp.iter()
-                .zip(&fm)
-                .map(|(a, b)| ev.gain * (a - b) / (h + hm))
-                .collect(),
-        );
+        moved.extend([xp, xm]);
     }
+    let shaped: Vec<Feat<'_>> = (moved[4..].iter())
+        .map(|x| feat_for(reference, opt.kind, unpack(opt.kind, x).2))
+        .collect();
+    let at: Vec<(&[f64], &Feat<'_>)> = std::iter::once((&opt.x[..], &here))
+        .chain(
+            (moved.iter().enumerate())
+                .map(|(j, x)| (&x[..], if j < 4 { &here } else { &shaped[j - 4] })),
+        )
+        .collect();
+    let mut fs = features_of(engine, opt.kind, &at, &ks);
+    let f0 = fs.remove(0);
+    let cols: Vec<Vec<f64>> = (fs.chunks(2).zip(&widths))
+        .map(|(pm, width)| {
+            (pm[0].iter().zip(&pm[1]))
+                .map(|(a, b)| ev.gain * (a - b) / width)
+                .collect()
+        })
+        .collect();
     let rows: Vec<Vec<f64>> = (0..gr.len())
         .map(|i| {
             let mut r: Vec<f64> = cols.iter().map(|c| c[i]).collect();
@@ -2694,10 +2739,14 @@ pub fn identify(
                 (Some(p), Some(part)) => (p, part.1 + p.t_mid),
                 _ => (&engine, engine.t_mid),
             };
-            let polished: Vec<(Optimum, Vec<f64>, f64)> = KINDS
-                .iter()
-                .map(|&kind| {
-                    let o = search(e, kind, t0, t_se, opts);
+            let searched: Vec<Optimum> = (KINDS.iter())
+                .map(|&kind| search(e, kind, t0, t_se, opts))
+                .collect();
+            let best_searched = (searched.iter().map(|o| o.ev.rss)).fold(f64::INFINITY, f64::min);
+            let polished: Vec<(Optimum, Vec<f64>, f64)> = searched
+                .into_iter()
+                .map(|o| {
+                    let kind = o.kind;
                     // The grid's update instant nearest the middle of all the readings,
                     // on the period from all of their changes where it was estimated (a
                     // span of many times the part's), on the part's otherwise.
@@ -2707,7 +2756,11 @@ pub fn identify(
                     }
                     let x = moved(x, shift + e.t_mid, mid);
                     let step: Vec<f64> = o.steps.iter().map(|s| 0.25 * s).collect();
-                    let (x, rss) = if polish_engine.is_some() {
+                    let (x, rss) = if o.ev.rss > UNREFINED_RSS_RATIO * best_searched {
+                        // Far worse than the best already on the search's readings: not
+                        // polished, and not refined below.
+                        (x, f64::INFINITY)
+                    } else if polish_engine.is_some() {
                         // On a part, the period is held: a part of seconds resolves it
                         // far worse than the changes over all the readings (or the
                         // period given), and the phase moved from the part's middle to
