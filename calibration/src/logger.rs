@@ -721,8 +721,13 @@ impl CellStep {
 
     /// The state after lattice cell `i` of `r`, from `y0` at its start.
     fn over(&self, y0: f64, r: &Reference, i: usize) -> f64 {
+        y0 * self.decay + self.input(r, i)
+    }
+
+    /// What lattice cell `i` of `r` adds to the state over it.
+    fn input(&self, r: &Reference, i: usize) -> f64 {
         let (a, b) = (r.nodes[i], r.nodes[i + 1]);
-        y0 * self.decay + self.alpha * (b.e - a.e) + self.kappa * f64::from(a.tilt)
+        self.alpha * (b.e - a.e) + self.kappa * f64::from(a.tilt)
     }
 }
 
@@ -731,13 +736,32 @@ impl<'a> LowPass<'a> {
         if let Some(c) = reference.cell_s {
             let n = reference.nodes.len();
             let step = CellStep::new(c, tau_s);
+            // A whole block of cells at once: the state after it is the state before
+            // times `decay^LP_CHECK` plus each cell's input decayed over the cells after
+            // it, sums that do not wait on each other as one cell's step waits on the last.
+            let mut weights = [1.0; LP_CHECK];
+            for m in (0..LP_CHECK - 1).rev() {
+                weights[m] = weights[m + 1] * step.decay;
+            }
+            let decay_block = weights[0] * step.decay;
             let mut y = Vec::with_capacity(n / LP_CHECK + 2);
             let mut state = reference.cell_line(0, c).0;
-            for i in 0..n - 1 {
-                if i % LP_CHECK == 0 {
-                    y.push(state);
+            let cells = n - 1;
+            let mut i = 0;
+            while i < cells {
+                y.push(state);
+                let end = (i + LP_CHECK).min(cells);
+                if end - i == LP_CHECK {
+                    let input: f64 = (weights.iter().enumerate())
+                        .map(|(m, w)| w * step.input(reference, i + m))
+                        .sum();
+                    state = state * decay_block + input;
+                } else {
+                    for j in i..end {
+                        state = step.over(state, reference, j);
+                    }
                 }
-                state = step.over(state, reference, i);
+                i = end;
             }
             y.push(state);
             return LowPass {
