@@ -92,6 +92,39 @@ fn unimodal_samples_stay_whole() {
 }
 
 #[test]
+fn a_coarse_clock_does_not_split_one_behaviour() {
+    // A ~112 µs kernel stamped in 32 ns steps (an H200's %globaltimer): a handful of
+    // exact values, each with no spread of its own. One cluster, all kept; two modes
+    // 2 % apart on the same clock are still two.
+    let mut rng = Rng::new(32);
+    let tick = 32e-9;
+    let quantised = |v: f64| (v / tick).round() * tick;
+    let one: Vec<f64> = (0..300)
+        .map(|_| quantised(111.6e-6 + rng.range(0.0, 0.8e-6)))
+        .collect();
+    let c = cluster(&one, 20);
+    assert_eq!(
+        c.clusters.len(),
+        1,
+        "{:?}",
+        c.clusters.iter().map(|c| (c.lo, c.hi)).collect::<Vec<_>>()
+    );
+    assert_eq!(c.dominant().unwrap().indices.len(), 300);
+    let steps = [
+        vec![quantised(111.6e-6); 150],
+        vec![quantised(111.7e-6); 150],
+    ]
+    .concat();
+    assert_eq!(cluster(&steps, 20).clusters.len(), 1);
+    let two = [
+        vec![quantised(111.6e-6); 150],
+        vec![quantised(113.9e-6); 150],
+    ]
+    .concat();
+    assert_eq!(cluster(&two, 20).clusters.len(), 2);
+}
+
+#[test]
 fn separated_modes_are_found() {
     let mut rng = Rng::new(9);
     let mut d: Vec<f64> = Vec::new();

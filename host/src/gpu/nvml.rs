@@ -183,9 +183,9 @@ impl PowerLogger for NvmlLogger {
         let mut readings = if self.source != Source::Samples {
             vec![self.read()?]
         } else {
-            let samples = (self.device()?)
-                .samples(Sampling::Power, self.last_sample_us)
-                .map_err(|e| error(&self.what(), e))?;
+            let samples =
+                newer_samples(self.device()?.samples(Sampling::Power, self.last_sample_us))
+                    .map_err(|e| error(&self.what(), e))?;
             let (readings, last) = from_samples(samples, self.last_sample_us, host_now_ns());
             self.last_sample_us = last;
             readings
@@ -235,6 +235,15 @@ fn from_fields(
 fn with_energy(readings: &mut [LoggerReading], mj: Option<u64>) {
     if let Some(r) = readings.last_mut() {
         r.energy_j = mj.map(|mj| mj as f64 * 1e-3);
+    }
+}
+
+/// NVML answers "not found" when its buffer holds no sample newer than the one asked
+/// after (seen on an H200, whose buffer takes a sample every 20 ms): that is no news.
+fn newer_samples(r: Result<Vec<Sample>, NvmlError>) -> Result<Vec<Sample>, NvmlError> {
+    match r {
+        Err(NvmlError::NotFound) => Ok(Vec::new()),
+        r => r,
     }
 }
 
@@ -346,6 +355,16 @@ mod tests {
         );
         let values = vec![Err(NvmlError::NotSupported), Err(NvmlError::NotSupported)];
         assert!(from_fields(values, 0).is_none());
+    }
+
+    /// An empty buffer is no reading, not a missing GPU; other errors stay errors.
+    #[test]
+    fn nothing_newer_in_the_buffer_is_no_reading() {
+        assert!(newer_samples(Err(NvmlError::NotFound)).unwrap().is_empty());
+        assert!(matches!(
+            newer_samples(Err(NvmlError::GpuLost)),
+            Err(NvmlError::GpuLost)
+        ));
     }
 
     /// The driver's buffer, as NVML hands it back: unordered, with samples already read.
