@@ -1114,7 +1114,8 @@ pub struct FamilyFit {
     /// (≥ 1).
     pub se_inflation: f64,
     /// True if the delay or the shape lies at an end of its search range (the delay's
-    /// bracket reaches `−max_advance_periods·T` or `max_delay_periods·T`, a window at
+    /// bracket reaches `−max_advance_periods·T` and the delay is within half a period of
+    /// it, or the delay reaches `max_delay_periods·T`; a window at
     /// `T/64` or `12·T`, a time constant at `T/64` or `4·T`): the data do not pin the fit
     /// down within the range searched (usually a family that does not describe the logger).
     pub at_search_edge: bool,
@@ -2391,8 +2392,12 @@ fn finish_parametric(engine: &Engine<'_>, opt: &Optimum, w: &[f64]) -> (FamilyFi
         Kind::Partial => near(shape, lo),
         Kind::Exp => near(shape, lo) || near(shape, hi),
     };
+    // The lowest bracket of a logger read in phase with its updates spans almost a whole
+    // period (the twin's demo: −1 ms to −5 µs, the rig's input-filter lag), so being in it
+    // says nothing of the edge; a delay in its lower half does.
     let delay_edge =
-        (ev.m == engine.m_lo && ev.state == 0) || ev.d_hi >= (engine.m_hi as f64 - 1e-3) * t;
+        (ev.m == engine.m_lo && ev.state == 0 && ev.d_hi <= (engine.m_lo as f64 + 0.5) * t)
+            || ev.d_hi >= (engine.m_hi as f64 - 1e-3) * t;
     let fit = FamilyFit {
         shape: shape_out,
         period_s: Estimate::new(t, se(0)),
