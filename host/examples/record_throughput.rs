@@ -115,6 +115,7 @@ fn main() {
         duration: None,
         reconnect_wait: std::time::Duration::ZERO,
         replace: true,
+        tap: None,
     };
     let t = Instant::now();
     let (progress, rows) = replay(&wire, &config).unwrap();

@@ -88,6 +88,20 @@ pub struct Config {
     pub reconnect_wait: Duration,
     /// Replace `output` if it exists (else an existing output is refused).
     pub replace: bool,
+    /// Shown everything as it is written (a live view); the recording is the same.
+    pub tap: Option<Arc<dyn Tap>>,
+}
+
+/// What a capture shows, as it writes it: for a live view, which sees exactly what the
+/// recording gets. Called on the writer's thread, so it must be quick.
+pub trait Tap: Send + std::marker::Sync + std::fmt::Debug {
+    /// The recording started: its time 0 in host UTC ns, and its rails' names.
+    fn start(&self, epoch_utc_ns: i64, rails: &[String]);
+    /// `n` samples, the first at `t_s` and `period_s` apart: `watts[i * rails + r]` is
+    /// rail `r`'s power in sample `i` (NaN where not measured).
+    fn samples(&self, t_s: f64, period_s: f64, watts: &[f32]);
+    /// An event row as written (trigger edges, gaps, the device's status, logs).
+    fn event(&self, e: &Event);
 }
 
 /// Counters shared by reader, writer and whoever shows progress.
@@ -979,8 +993,11 @@ pub fn replay(stream: &[u8], config: &Config) -> Result<(Progress, u64), Capture
 }
 
 /// Writes a gap row and counts it.
-fn mark_gap(file: &mut Writer, counters: &Counters, gap: Event) {
+fn mark_gap(file: &mut Writer, counters: &Counters, tap: Option<&dyn Tap>, gap: Event) {
     file.event(&gap);
+    if let Some(t) = tap {
+        t.event(&gap);
+    }
     counters.gaps.fetch_add(1, Ordering::Relaxed);
 }
 
@@ -1107,6 +1124,7 @@ impl<'a> Writing<'a> {
                     mark_gap(
                         file,
                         self.counters,
+                        self.config.tap.as_deref(),
                         Event::Gap {
                             time_s: start,
                             index: None,
@@ -1133,6 +1151,7 @@ impl<'a> Writing<'a> {
                     mark_gap(
                         file,
                         self.counters,
+                        self.config.tap.as_deref(),
                         Event::Gap {
                             time_s: seg.time_s(start_tick),
                             index: Some(next),
@@ -1155,6 +1174,9 @@ impl<'a> Writing<'a> {
                     // As they came: the reader makes volts, amperes and watts of them.
                     let t = seg.time_s(first_tick);
                     file.block(t, first_index, first_tick, period_ticks, period_s, &codes);
+                    if let (Some(tap), Some((d, _))) = (&self.config.tap, &self.derive) {
+                        tap.samples(t, period_s, &d.watts(&codes));
+                    }
                     let last = first_tick + (n as u64).saturating_sub(1) * u64::from(period_ticks);
                     self.last_sample_s = Some(seg.time_s(last));
                 } else {
@@ -1176,6 +1198,7 @@ impl<'a> Writing<'a> {
                         let (scale, offset) = seg.cal[usize::from(c)];
                         f32::from(row[s]) * scale + offset
                     };
+                    let mut watts = Vec::new();
                     for i in 0..n {
                         let row = &codes[i * n_ch..(i + 1) * n_ch];
                         for (v, (vs, cs)) in values.iter_mut().zip(&rail_slots) {
@@ -1189,6 +1212,12 @@ impl<'a> Writing<'a> {
                         let t = seg.time_s(tick);
                         file.sample(t, Some(first_index + i as u64), Some(tick), &values, &raw);
                         self.last_sample_s = Some(t);
+                        if self.config.tap.is_some() {
+                            watts.extend(values.iter().map(|(v, a)| v * a));
+                        }
+                    }
+                    if let Some(tap) = &self.config.tap {
+                        tap.samples(seg.time_s(first_tick), period_s, &watts);
                     }
                 }
                 seg.next_index = Some(first_index + n as u64);
@@ -1212,7 +1241,7 @@ impl<'a> Writing<'a> {
                             .find(|t| t.line == line && (t.direction == "output") == output)
                     })
                     .map_or(String::new(), |t| t.name.clone());
-                file.event(&Event::Edge {
+                let edge = Event::Edge {
                     time_s: seg.time_s(e.tick),
                     tick: Some(e.tick),
                     index: Some(e.sample_index),
@@ -1220,7 +1249,11 @@ impl<'a> Writing<'a> {
                     rising: e.rising,
                     count: Some(u64::from(e.edge_count)),
                     label,
-                });
+                };
+                file.event(&edge);
+                if let Some(tap) = &self.config.tap {
+                    tap.event(&edge);
+                }
             }
             Record::Sync(s) => self.sync(&s),
             Record::Status(s) => {
@@ -1233,11 +1266,15 @@ impl<'a> Writing<'a> {
                 if s.state == railtrace_protocol::RunState::Idle {
                     self.stopped_at = Some(s.samples_acquired);
                 }
-                file.event(&Event::Text {
+                let status = Event::Text {
                     kind: Kind::Status,
                     time_s: seg.time_s(s.uptime_ticks),
                     text: status_json(&s),
-                });
+                };
+                file.event(&status);
+                if let Some(tap) = &self.config.tap {
+                    tap.event(&status);
+                }
             }
             Record::Log(text) => {
                 let t = self.host_s(now_ns());
@@ -1299,6 +1336,7 @@ impl<'a> Writing<'a> {
             mark_gap(
                 file,
                 self.counters,
+                self.config.tap.as_deref(),
                 Event::Gap {
                     time_s: start,
                     index: Some(next),
@@ -1319,6 +1357,7 @@ impl<'a> Writing<'a> {
         mark_gap(
             file,
             self.counters,
+            self.config.tap.as_deref(),
             Event::Gap {
                 time_s: self.last_sample_s.map_or(seg.anchor_s, |t| t + self.period_s),
                 index: Some(next),
@@ -1384,6 +1423,9 @@ impl<'a> Writing<'a> {
                 None => Claim::new(&self.config.output, true)?,
             };
             self.file = Some(Writer::start(claim, &meta)?);
+            if let Some(tap) = &self.config.tap {
+                tap.start(self.epoch_ns, &meta.rails);
+            }
         }
         let mut cal = [(1.0, 0.0); 8];
         for c in &info.channels {

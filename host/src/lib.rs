@@ -18,3 +18,4 @@ pub mod report_plot;
 pub mod stop;
 pub mod transport;
 pub mod trigger;
+pub mod view;

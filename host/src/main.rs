@@ -26,6 +26,8 @@ enum Command {
     Export(cmd::export::Args),
     /// Power per rail and in total against time, as SVG or PNG.
     Plot(cmd::plot::Args),
+    /// A rig live in a web browser (or a recording over its whole length).
+    View(cmd::view::Args),
     /// Another instrument's traces as a recording.
     Import(cmd::import::Args),
     /// A profiling run: a kernel many times, the GPU's logger and the rig side by side.
@@ -62,6 +64,7 @@ fn main() {
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Export(args) => cmd::export::run(args),
         Command::Plot(args) => cmd::plot::run(args),
+        Command::View(args) => cmd::view::run(args),
         Command::Import(args) => cmd::import::run(args),
         Command::Profile(args) => cmd::profile::run(args),
         Command::Report(args) => cmd::report::run(args),

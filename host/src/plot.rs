@@ -459,6 +459,77 @@ pub fn render_overview(
     render(&ov.recording, out, opts).map(Some)
 }
 
+/// The span of `rec`'s samples, s (or why it has none to show).
+pub fn extent(rec: &impl Source) -> anyhow::Result<(f64, f64)> {
+    let opts = Options::default();
+    let (t0, t1, _) = window(rec.path(), &opts, &scan(rec, &opts)?)?;
+    Ok((t0, t1))
+}
+
+/// The recording at `path` in `[t0, t1]` decimated to `columns` columns, as JSON for a
+/// page to draw: each series' runs between gaps as `[t, min, max, mean]` per column, the
+/// gaps `[start, end]`, the trigger edges `[t, line, rising]` and the logger's readings
+/// `[t, W]`. From the recording's summaries where they are fine enough (at least two a
+/// column; they hold no edges nor logger readings, and `summaries` says so), else from
+/// its samples, read a batch at a time.
+pub fn window_json(
+    path: &Path,
+    t0: f64,
+    t1: f64,
+    columns: usize,
+) -> anyhow::Result<serde_json::Value> {
+    let mut level = recording::overview(path)?;
+    let mut data = None;
+    while let Some(ov) = level {
+        let time_ok = |rows: &Rows<'_>, i: usize| {
+            rows.kind(i) == Kind::Summary && (t0..=t1).contains(&rows.f64("time_s").value(i))
+        };
+        let summaries: usize = (ov.recording.rows())
+            .map(|rows| (0..rows.len()).filter(|&i| time_ok(&rows, i)).count())
+            .sum();
+        if summaries >= 2 * columns {
+            data = Some(collect(&ov.recording, t0, t1, columns)?);
+            break;
+        }
+        level = ov.finer()?;
+    }
+    let (d, plotted, _) = match data {
+        Some(d) => d,
+        None => collect(&recording::open(path)?, t0, t1, columns)?,
+    };
+    let at = |c: usize| t0 + (c as f64 + 0.5) * (t1 - t0) / columns as f64;
+    let r = |v: f64| (v * 1e3).round() / 1e3;
+    let series: Vec<serde_json::Value> = (d.series.iter())
+        .map(|s| {
+            let runs: Vec<Vec<[f64; 4]>> = (s.runs.iter())
+                .map(|run| {
+                    (run.iter())
+                        .map(|(c, b)| [at(*c), r(b.min.into()), r(b.max.into()), r(b.mean())])
+                        .collect()
+                })
+                .collect();
+            serde_json::json!({"name": s.name, "runs": runs})
+        })
+        .collect();
+    let edges: Vec<(f64, u8, bool)> = (d.edges.iter())
+        .flat_map(|(line, e)| {
+            e.marks
+                .iter()
+                .map(move |&(c, rising)| (at(c), *line, rising))
+        })
+        .collect();
+    Ok(serde_json::json!({
+        "t0": t0,
+        "t1": t1,
+        "columns": columns,
+        "summaries": plotted.summaries,
+        "series": series,
+        "gaps": d.gaps,
+        "edges": edges,
+        "logger": d.logger,
+    }))
+}
+
 /// The times of the sample rows: the first, the last, and how many are in a window.
 #[derive(Debug, Clone, Copy)]
 struct Span {

@@ -257,6 +257,19 @@ impl Derive {
                 .all(|&(v, a)| v.is_none_or(|v| v < n) && a.is_none_or(|a| a < n))
     }
 
+    /// A block's codes (`channels.len()` a sample) as per-rail watts, sample by sample
+    /// (NaN where a rail's voltage or current is not measured).
+    pub fn watts(&self, codes: &[i16]) -> Vec<f32> {
+        let n = self.channels.len();
+        let mut vi = vec![(f32::NAN, f32::NAN); self.rails.len()];
+        let mut out = Vec::with_capacity(codes.len() / n.max(1) * self.rails.len());
+        for row in codes.chunks_exact(n.max(1)) {
+            self.values(row, &mut vi);
+            out.extend(vi.iter().map(|(v, a)| v * a));
+        }
+        out
+    }
+
     /// Sample `row` of codes as per-rail (volts, amperes), NaN where not measured.
     fn values(&self, row: &[i16], out: &mut [(f32, f32)]) {
         let at = |p: Option<usize>| {

@@ -45,6 +45,7 @@ fn config(port: &Path, output: PathBuf, seconds: f64) -> Config {
         duration: Some(Duration::from_secs_f64(seconds)),
         reconnect_wait: Duration::from_secs(10),
         replace: true,
+        tap: None,
     }
 }
 

@@ -57,6 +57,7 @@ fn run_trains(
         duration: None,
         reconnect_wait: Duration::from_secs(5),
         replace: true,
+        tap: None,
     };
     let stop = Arc::new(AtomicBool::new(false));
     let counters = Arc::new(Counters::default());

@@ -85,6 +85,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         duration: args.duration.map(Duration::from_secs_f64),
         reconnect_wait: Duration::from_secs_f64(args.reconnect_wait),
         replace: args.force,
+        tap: None,
     };
     let stop = railtrace::stop::install().map_err(anyhow::Error::msg)?;
     let counters = Arc::new(Counters::default());

@@ -16,6 +16,7 @@ pub mod profile;
 pub mod report;
 pub mod survey;
 pub mod twin;
+pub mod view;
 
 /// The longest time an option takes: a month, longer than any bench run.
 const LONGEST_S: f64 = 31.0 * 86_400.0;

@@ -309,6 +309,7 @@ pub fn with_rig<T>(
         duration: None,
         reconnect_wait: Duration::from_secs(10),
         replace: true, // checked by the command before it starts
+        tap: None,
     };
     let stop = Arc::new(AtomicBool::new(false));
     let counters = Arc::new(Counters::default());

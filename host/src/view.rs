@@ -1,0 +1,687 @@
+//! The live view (`railtrace view`): a web page, served by railtrace itself, that shows a
+//! rig's rails, trigger edges, gaps and status as they are captured, or a recording over
+//! its whole length.
+//!
+//! Live, the capture's [`Tap`] hands every block to [`Live`], which decimates it in Rust
+//! to one min/max/mean bucket per [`BUCKET_S`] and series (each rail and the total): 8
+//! channels at 200 kS/s reach the page as 1 000 buckets a second, whatever the rate. A
+//! gap closes the bucket it falls in, so the page draws it as a gap. The capture writes
+//! its recording exactly as `railtrace capture` does; the view only watches.
+//!
+//! A recording is browsed through [`plot::window_json`]: its summaries (the overview)
+//! where they are fine enough for the window asked, else its samples.
+//!
+//! The server listens on 127.0.0.1 unless told otherwise, and then refuses any peer that
+//! is not on this machine, and any request whose `Host` is not a loopback name (a page
+//! elsewhere cannot reach it by a DNS name that resolves to 127.0.0.1).
+
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{ConnectInfo, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use tokio::sync::broadcast;
+
+use crate::capture::{Counters, Progress, Tap};
+use crate::recording::{self, Event, Kind};
+use crate::{plot, stop};
+
+/// The live buckets' width, s.
+pub const BUCKET_S: f64 = 1e-3;
+/// How much of the past a page that opens late is sent, s.
+const HISTORY_S: f64 = 60.0;
+/// How often the page is sent what came in, s.
+const TICK_S: f64 = 0.1;
+
+/// The page and its script, embedded: the view needs nothing from the network.
+const PAGE: &str = include_str!("../assets/view/index.html");
+const SCRIPT: &str = include_str!("../assets/view/view.js");
+
+/// One series' bucket: the least, most and sum of its values.
+#[derive(Debug, Clone, Copy)]
+struct Acc {
+    min: f32,
+    max: f32,
+    sum: f64,
+    n: u32,
+}
+
+impl Acc {
+    const EMPTY: Acc = Acc {
+        min: f32::INFINITY,
+        max: f32::NEG_INFINITY,
+        sum: 0.0,
+        n: 0,
+    };
+
+    fn add(&mut self, v: f32) {
+        if v.is_finite() {
+            self.min = self.min.min(v);
+            self.max = self.max.max(v);
+            self.sum += f64::from(v);
+            self.n += 1;
+        }
+    }
+}
+
+/// What came in since the page was last sent it.
+#[derive(Debug, Default)]
+struct Pending {
+    /// `[t, then min, max, mean per series]`, as JSON arrays.
+    buckets: Vec<String>,
+    edges: Vec<String>,
+    gaps: Vec<String>,
+    logger: Vec<String>,
+    executions: Vec<String>,
+}
+
+impl Pending {
+    fn is_empty(&self) -> bool {
+        self.buckets.is_empty()
+            && self.edges.is_empty()
+            && self.gaps.is_empty()
+            && self.logger.is_empty()
+            && self.executions.is_empty()
+    }
+}
+
+#[derive(Debug, Default)]
+struct LiveState {
+    /// The recording's time 0, host UTC ns; rails' names (the total is the last series).
+    epoch_ns: Option<i64>,
+    rails: Vec<String>,
+    /// The open bucket: its index (`t / BUCKET_S`) and one accumulator per series.
+    open: Option<(i64, Vec<Acc>)>,
+    pending: Pending,
+    /// Data messages sent, with their last bucket's time, for a page that opens later.
+    history: VecDeque<(f64, Arc<String>)>,
+    /// The device's latest status report (JSON), and the newest sample's time.
+    status: Option<String>,
+    last_t: f64,
+}
+
+/// The capture's live side: decimates what the capture writes into buckets for the page.
+#[derive(Debug, Default)]
+pub struct Live {
+    state: Mutex<LiveState>,
+}
+
+/// Times go to the page to 0.1 µs, watts to the mW.
+const T: f64 = 1e7;
+const W: f64 = 1e3;
+
+/// Writes `v` rounded to `1/per` (watts to the mW, times to 0.1 µs), or `null`.
+fn num(out: &mut String, v: f64, per: f64) {
+    if v.is_finite() {
+        let _ = write!(out, "{}", (v * per).round() / per);
+    } else {
+        out.push_str("null");
+    }
+}
+
+impl LiveState {
+    fn close(&mut self) {
+        let Some((b, accs)) = self.open.take() else {
+            return;
+        };
+        let mut row = String::from("[");
+        num(&mut row, (b as f64 + 0.5) * BUCKET_S, T);
+        for a in &accs {
+            for v in [f64::from(a.min), f64::from(a.max), a.sum / f64::from(a.n)] {
+                row.push(',');
+                num(&mut row, if a.n > 0 { v } else { f64::NAN }, W);
+            }
+        }
+        row.push(']');
+        self.pending.buckets.push(row);
+    }
+}
+
+impl Live {
+    fn lock(&self) -> std::sync::MutexGuard<'_, LiveState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The recording's time 0 in host UTC ns, once the capture has started.
+    pub fn epoch_ns(&self) -> Option<i64> {
+        self.lock().epoch_ns
+    }
+
+    /// The GPU's side, from elsewhere than the rig (the twin's GPU): its logger's readings
+    /// `(s, W)` and its kernel executions `(start s, end s)`, on the recording's timeline.
+    pub fn gpu(&self, logger: &[(f64, f64)], executions: &[(f64, f64)]) {
+        let mut s = self.lock();
+        for &(t, w) in logger {
+            let mut row = String::from("[");
+            num(&mut row, t, T);
+            row.push(',');
+            num(&mut row, w, W);
+            row.push(']');
+            s.pending.logger.push(row);
+        }
+        for &(a, b) in executions {
+            let mut row = String::from("[");
+            num(&mut row, a, T);
+            row.push(',');
+            num(&mut row, b, T);
+            row.push(']');
+            s.pending.executions.push(row);
+        }
+    }
+
+    /// What came in since the last call, as the page's `data` message (`None` if
+    /// nothing did); kept for pages that open later.
+    pub fn drain(&self) -> Option<Arc<String>> {
+        let mut s = self.lock();
+        let p = std::mem::take(&mut s.pending);
+        if p.is_empty() {
+            return None;
+        }
+        let list = |v: &[String]| format!("[{}]", v.join(","));
+        let msg = Arc::new(format!(
+            r#"{{"type":"data","buckets":{},"edges":{},"gaps":{},"logger":{},"executions":{}}}"#,
+            list(&p.buckets),
+            list(&p.edges),
+            list(&p.gaps),
+            list(&p.logger),
+            list(&p.executions)
+        ));
+        let t = s.last_t;
+        s.history.push_back((t, msg.clone()));
+        while s.history.front().is_some_and(|(t0, _)| *t0 < t - HISTORY_S) {
+            s.history.pop_front();
+        }
+        Some(msg)
+    }
+
+    fn history(&self) -> Vec<Arc<String>> {
+        self.lock().history.iter().map(|(_, m)| m.clone()).collect()
+    }
+
+    fn rails(&self) -> Vec<String> {
+        self.lock().rails.clone()
+    }
+
+    fn device_status(&self) -> Option<String> {
+        self.lock().status.clone()
+    }
+}
+
+impl Tap for Live {
+    fn start(&self, epoch_utc_ns: i64, rails: &[String]) {
+        let mut s = self.lock();
+        s.epoch_ns = Some(epoch_utc_ns);
+        s.rails = rails.to_vec();
+    }
+
+    fn samples(&self, t_s: f64, period_s: f64, watts: &[f32]) {
+        let mut s = self.lock();
+        let rails = s.rails.len().max(1);
+        for (i, row) in watts.chunks_exact(rails).enumerate() {
+            let t = t_s + i as f64 * period_s;
+            let b = (t / BUCKET_S).floor() as i64;
+            if s.open.as_ref().is_some_and(|(ob, _)| *ob != b) {
+                s.close();
+            }
+            let (_, accs) = s
+                .open
+                .get_or_insert_with(|| (b, vec![Acc::EMPTY; rails + 1]));
+            let mut total = 0.0f32;
+            for (a, &w) in accs.iter_mut().zip(row) {
+                a.add(w);
+                if w.is_finite() {
+                    total += w;
+                }
+            }
+            accs[rails].add(total);
+            s.last_t = t;
+        }
+    }
+
+    fn event(&self, e: &Event) {
+        let mut s = self.lock();
+        match e {
+            Event::Gap {
+                time_s,
+                duration_s,
+                cause,
+                ..
+            } => {
+                // The bucket before the gap ends at it: the page breaks its lines there.
+                s.close();
+                let mut row = String::from("[");
+                num(&mut row, *time_s, T);
+                row.push(',');
+                num(&mut row, *duration_s, T);
+                let _ = write!(row, ",{}]", serde_json::Value::from(cause.as_str()));
+                s.pending.gaps.push(row);
+            }
+            Event::Edge {
+                time_s,
+                line,
+                rising,
+                ..
+            } => {
+                let mut row = String::from("[");
+                num(&mut row, *time_s, T);
+                let _ = write!(row, ",{line},{rising}]");
+                s.pending.edges.push(row);
+            }
+            Event::Text {
+                kind: Kind::Status,
+                text,
+                ..
+            } => s.status = Some(text.clone()),
+            _ => {}
+        }
+    }
+}
+
+/// What the page shows.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// A capture going on.
+    Live {
+        /// Its live side.
+        live: Arc<Live>,
+        /// Its counters.
+        counters: Arc<Counters>,
+        /// What the page names it (the port, the twin).
+        name: String,
+        /// The recording it writes, where the user asked for one.
+        recording: Option<PathBuf>,
+    },
+    /// A recording to browse.
+    File(PathBuf),
+}
+
+#[derive(Debug)]
+struct App {
+    source: Source,
+    /// Data messages for every page open.
+    data: broadcast::Sender<Arc<String>>,
+    /// Peers and `Host` names other than loopback ones are let in (a `--listen`
+    /// address that is not loopback was asked for).
+    open: bool,
+    started: std::time::Instant,
+}
+
+/// Whether a request from `peer` naming `host` may be served: any where the server was
+/// asked to listen beyond this machine, else only loopback peers naming a loopback host.
+pub fn allowed(open: bool, peer: &SocketAddr, host: Option<&str>) -> bool {
+    if open {
+        return true;
+    }
+    if !peer.ip().is_loopback() {
+        return false;
+    }
+    let Some(host) = host else {
+        return false;
+    };
+    // `name:port`, `[v6]:port`, or a name alone.
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(n, _)| n),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+fn forbidden() -> Response {
+    (
+        StatusCode::FORBIDDEN,
+        "railtrace view serves this machine only (loopback); start it with --listen ADDRESS to serve others\n",
+    )
+        .into_response()
+}
+
+fn host(headers: &HeaderMap) -> Option<&str> {
+    headers.get(header::HOST).and_then(|h| h.to_str().ok())
+}
+
+async fn page(
+    State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    if !allowed(app.open, &peer, host(&headers)) {
+        return forbidden();
+    }
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], PAGE).into_response()
+}
+
+async fn script(
+    State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    if !allowed(app.open, &peer, host(&headers)) {
+        return forbidden();
+    }
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        SCRIPT,
+    )
+        .into_response()
+}
+
+/// The first message a page gets: what it shows.
+fn hello(app: &App) -> String {
+    let v = match &app.source {
+        Source::Live {
+            live,
+            name,
+            recording,
+            ..
+        } => serde_json::json!({
+            "type": "hello",
+            "mode": "live",
+            "source": name,
+            "rails": live.rails(),
+            "bucket_s": BUCKET_S,
+            "recording": recording.as_ref().map(|p| p.display().to_string()),
+        }),
+        Source::File(path) => {
+            let (rails, extent) = match file_extent(path) {
+                Ok((rails, extent)) => (rails, Ok(extent)),
+                Err(e) => (Vec::new(), Err(format!("{e:#}"))),
+            };
+            serde_json::json!({
+                "type": "hello",
+                "mode": "file",
+                "source": path.display().to_string(),
+                "rails": rails,
+                "extent": extent.as_ref().ok(),
+                "error": extent.err(),
+                "recording": path.display().to_string(),
+            })
+        }
+    };
+    v.to_string()
+}
+
+/// A recording's rails and the span of its samples.
+fn file_extent(path: &std::path::Path) -> anyhow::Result<(Vec<String>, (f64, f64))> {
+    let rec = recording::open(path)?;
+    let extent = match recording::overview(path)? {
+        Some(ov) => plot::extent(&ov.recording)?,
+        None => plot::extent(&rec)?,
+    };
+    Ok((rec.meta.rails.clone(), extent))
+}
+
+/// The status message: the capture's counters, its sample rate over the last second, and
+/// the device's latest report.
+fn status(app: &App, previous: &mut Option<(f64, u64)>) -> Option<String> {
+    let Source::Live { live, counters, .. } = &app.source else {
+        return None;
+    };
+    let p: Progress = counters.progress(app.started.elapsed());
+    let rate = previous
+        .filter(|(t, _)| p.elapsed_s > *t)
+        .map_or(0.0, |(t, n)| {
+            p.samples.saturating_sub(n) as f64 / (p.elapsed_s - t)
+        });
+    if previous.is_none_or(|(t, _)| p.elapsed_s - t >= 1.0) {
+        *previous = Some((p.elapsed_s, p.samples));
+    }
+    let device: Option<serde_json::Value> = live
+        .device_status()
+        .and_then(|s| serde_json::from_str(&s).ok());
+    Some(
+        serde_json::json!({
+            "type": "status",
+            "progress": p,
+            "rate_hz": rate,
+            "device": device,
+        })
+        .to_string(),
+    )
+}
+
+async fn socket(
+    State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    ws: WebSocketUpgrade,
+) -> Response {
+    if !allowed(app.open, &peer, host(&headers)) {
+        return forbidden();
+    }
+    ws.on_upgrade(move |s| serve_socket(app, s))
+}
+
+async fn serve_socket(app: Arc<App>, mut ws: WebSocket) {
+    let mut rx = app.data.subscribe();
+    if ws.send(Message::Text(hello(&app).into())).await.is_err() {
+        return;
+    }
+    if let Source::Live { live, .. } = &app.source {
+        for m in live.history() {
+            if ws.send(Message::Text(m.as_str().into())).await.is_err() {
+                return;
+            }
+        }
+    }
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    let mut previous = None;
+    loop {
+        tokio::select! {
+            m = rx.recv() => match m {
+                Ok(m) => {
+                    if ws.send(Message::Text(m.as_str().into())).await.is_err() {
+                        return;
+                    }
+                }
+                // A page too slow to keep up misses data, not the capture.
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+            _ = tick.tick() => {
+                if let Some(s) = status(&app, &mut previous) {
+                    if ws.send(Message::Text(s.into())).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            r = ws.recv() => if !matches!(r, Some(Ok(_))) { return },
+        }
+    }
+}
+
+/// A window of a recording: `t0`, `t1` (s) and `columns`.
+#[derive(Debug, serde::Deserialize)]
+struct RangeQuery {
+    t0: f64,
+    t1: f64,
+    columns: Option<usize>,
+}
+
+async fn range(
+    State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Query(q): Query<RangeQuery>,
+) -> Response {
+    if !allowed(app.open, &peer, host(&headers)) {
+        return forbidden();
+    }
+    let Source::File(path) = app.source.clone() else {
+        return (StatusCode::NOT_FOUND, "not browsing a recording\n").into_response();
+    };
+    let columns = q.columns.unwrap_or(1000).clamp(10, 8000);
+    if !(q.t0.is_finite() && q.t1.is_finite() && q.t1 > q.t0) {
+        return (
+            StatusCode::BAD_REQUEST,
+            "t0 and t1 must be times in s, t0 before t1\n",
+        )
+            .into_response();
+    }
+    let r =
+        tokio::task::spawn_blocking(move || plot::window_json(&path, q.t0, q.t1, columns)).await;
+    match r {
+        Ok(Ok(v)) => ([(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response(),
+        Ok(Err(e)) => (StatusCode::UNPROCESSABLE_ENTITY, format!("{e:#}\n")).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+    }
+}
+
+/// The server, bound: [`Server::run`] serves until `done`.
+#[derive(Debug)]
+pub struct Server {
+    listener: tokio::net::TcpListener,
+    app: Arc<App>,
+    rt: tokio::runtime::Runtime,
+}
+
+impl Server {
+    /// Binds `addr` for `source`. Peers beyond this machine are served only when `addr`
+    /// is not a loopback address.
+    pub fn bind(addr: SocketAddr, source: Source) -> anyhow::Result<Server> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let listener = rt
+            .block_on(tokio::net::TcpListener::bind(addr))
+            .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
+        let (data, _) = broadcast::channel(256);
+        let app = Arc::new(App {
+            source,
+            data,
+            open: !addr.ip().is_loopback(),
+            started: std::time::Instant::now(),
+        });
+        Ok(Server { listener, app, rt })
+    }
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until `done` is set or Ctrl-C (the stop flag of [`stop::install`]), sending
+    /// the pages what the live side gathered every 0.1 s.
+    pub fn run(
+        self,
+        done: Arc<AtomicBool>,
+        stop: Option<&'static AtomicBool>,
+    ) -> anyhow::Result<()> {
+        let Server { listener, app, rt } = self;
+        let router = Router::new()
+            .route("/", get(page))
+            .route("/view.js", get(script))
+            .route("/ws", get(socket))
+            .route("/range", get(range))
+            .with_state(app.clone());
+        let should_stop =
+            move || done.load(Ordering::Relaxed) || stop.is_some_and(|s| s.load(Ordering::Relaxed));
+        rt.block_on(async move {
+            let serve = axum::serve(
+                listener,
+                router.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .with_graceful_shutdown(async move {
+                let mut tick = tokio::time::interval(Duration::from_secs_f64(TICK_S));
+                loop {
+                    tick.tick().await;
+                    if let Source::Live { live, .. } = &app.source {
+                        if let Some(m) = live.drain() {
+                            let _ = app.data.send(m);
+                        }
+                    }
+                    if should_stop() {
+                        return;
+                    }
+                }
+            });
+            serve.await
+        })?;
+        Ok(())
+    }
+}
+
+/// The stop flag of a `railtrace` command (Ctrl-C), for [`Server::run`].
+pub fn ctrl_c() -> anyhow::Result<&'static AtomicBool> {
+    stop::install().map_err(anyhow::Error::msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    /// By default only this machine is served, by a loopback name: a page of another
+    /// site that resolves its own name to 127.0.0.1 is refused too.
+    #[test]
+    fn only_loopback_is_served_unless_asked() {
+        let lo = peer("127.0.0.1:50000");
+        assert!(allowed(false, &lo, Some("127.0.0.1:8050")));
+        assert!(allowed(false, &lo, Some("localhost:8050")));
+        assert!(allowed(false, &peer("[::1]:5"), Some("[::1]:8050")));
+        assert!(!allowed(
+            false,
+            &peer("192.168.1.20:50000"),
+            Some("127.0.0.1:8050")
+        ));
+        assert!(!allowed(false, &lo, Some("evil.example:8050")));
+        assert!(!allowed(false, &lo, None));
+        assert!(allowed(
+            true,
+            &peer("192.168.1.20:50000"),
+            Some("bench:8050")
+        ));
+    }
+
+    /// Samples land in 1 ms buckets with each series' least, most and mean, the total
+    /// the sum of the rails; a gap closes the bucket it falls in.
+    #[test]
+    fn samples_are_decimated_into_buckets() {
+        let live = Live::default();
+        live.start(0, &["a".into(), "b".into()]);
+        // 10 samples 0.2 ms apart from 0.1 ms: a = i, b = 1.
+        let watts: Vec<f32> = (0..10).flat_map(|i| [i as f32, 1.0]).collect();
+        live.samples(1e-4, 2e-4, &watts);
+        live.event(&Event::Gap {
+            time_s: 2e-3,
+            index: None,
+            samples: None,
+            duration_s: 1e-3,
+            cause: "link".into(),
+        });
+        let m = live.drain().unwrap();
+        let v: serde_json::Value = serde_json::from_str(&m).unwrap();
+        let b = v["buckets"].as_array().unwrap();
+        assert_eq!(b.len(), 2, "{v}");
+        // Bucket 0: samples 0-4 (a = 0..4), bucket 1: samples 5-9.
+        let row: Vec<f64> = b[0]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        assert_eq!(row, [0.0005, 0.0, 4.0, 2.0, 1.0, 1.0, 1.0, 1.0, 5.0, 3.0]);
+        let row: Vec<f64> = b[1]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        assert_eq!(row[1..4], [5.0, 9.0, 7.0]);
+        assert_eq!(v["gaps"][0][2], "link");
+        assert!(live.drain().is_none());
+    }
+}
