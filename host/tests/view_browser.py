@@ -108,6 +108,46 @@ def main():
     assert not info["gaps"], info["gaps"]
     print("recording:", info["rows"], "gaps none")
 
+    # The recording browsed: its whole length, then zoomed in with the wheel.
+    view = subprocess.Popen([railtrace, "view", recording, "--listen", "127.0.0.1:0", "--seconds", "60"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    url = view.stdout.readline().strip()
+    driver = webdriver.Chrome(service=Service(os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")),
+                              options=opts)
+    try:
+        driver.get(url)
+        drawn = lambda: driver.execute_script("return window.railtraceView.drawn")
+        wait(lambda: (drawn() or {}).get("points", 0) > 1000, "the whole recording drawn")
+        whole = drawn()
+        print("whole:", whole)
+        assert whole["series"] == 5, whole
+        driver.execute_script("""
+            const c = document.getElementById('plot'), r = c.getBoundingClientRect();
+            for (let i = 0; i < 12; i++)
+              c.dispatchEvent(new WheelEvent('wheel', {deltaY: -100, clientX: r.left + r.width / 2,
+                                                       clientY: r.top + r.height / 2, bubbles: true}));""")
+        span = whole["t1"] - whole["t0"]
+        wait(lambda: drawn()["t1"] - drawn()["t0"] < span / 5 and drawn()["points"] > 500
+             and driver.execute_script("return window.railtraceView.file.t1 - window.railtraceView.file.t0") < span / 5,
+             "the zoomed window drawn")
+        zoomed = drawn()
+        print("zoomed:", zoomed)
+        assert zoomed["edges"] > 0, f"no trigger marks zoomed in: {zoomed}"
+        driver.save_screenshot(screenshot.replace(".png", "-recording.png"))
+    finally:
+        driver.quit()
+        view.terminate()
+        view.wait()
+
+
+def wait(ok, what, seconds=20):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if ok():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"not within {seconds} s: {what}")
+
 
 if __name__ == "__main__":
     main()
