@@ -1,0 +1,31 @@
+"""railtrace from Python, no hardware: the digital twin's rig captured for two seconds,
+an energy window over one of them, and the recording read back as a table.
+
+    pip install ./python
+    python3 python/examples/quickstart.py
+"""
+import tempfile
+import time
+from pathlib import Path
+
+import railtrace
+
+out = Path(tempfile.mkdtemp()) / "run.arrow"
+with railtrace.twin() as twin:  # a virtual rig on a pseudo-terminal; a real one: its port
+    print(f"the twin's rig is on {twin.port}")
+    with railtrace.Rig(twin.port, output=out) as rig:
+        time.sleep(0.5)
+        with rig.window("one second") as w:
+            time.sleep(1.0)
+        t, watts = rig.read()
+        print(f"read {len(t)} samples of {len(rig.rails)} rails ({', '.join(rig.rails)}) as they came")
+
+print(f"window {w.name!r}: {w.energy_j:.3f} J over {w.duration_s:.3f} s, mean {w.mean_w:.1f} W "
+      f"({w.samples} samples)")
+
+rec = railtrace.open(out)
+samples = rec.samples()
+print(f"{out}: {samples.num_rows} samples, {len(rec.gaps)} gaps, {rec.energy_j:.2f} J in all")
+for rail in rec.rails + ["total"]:
+    w = samples.column(f"{rail}_w").to_numpy()
+    print(f"  {rail:<11} mean {w.mean():7.1f} W   min {w.min():7.1f} W   max {w.max():7.1f} W")

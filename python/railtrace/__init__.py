@@ -1,0 +1,220 @@
+"""railtrace from Python: an external power meter for GPU power rails.
+
+- :func:`open` reads a recording (a capture, a profile, an import) as Arrow tables;
+- :class:`Rig` captures a rig (or the digital twin's) in the background, reads its
+  samples as NumPy arrays, and measures the energy over windows of code, as Zeus does
+  for a GPU;
+- :func:`twin` starts the digital twin of a bench and gives its rig's port.
+
+Everything is done by the railtrace library itself (Rust), not by its command line;
+errors are :class:`Error` with the command line's one-line message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc
+
+from . import _railtrace
+from ._railtrace import Error
+
+__all__ = ["Error", "Recording", "open", "Rig", "Window", "Twin", "twin"]
+
+
+class Recording:
+    """A recording on disk, read on demand (the file is never held open)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.fspath(path)
+        #: What the file holds, as ``railtrace inspect --json`` prints it.
+        self.info: dict = json.loads(_railtrace.inspect_json(self.path))
+
+    @property
+    def rails(self) -> list[str]:
+        """The rails' names: each has ``<rail>_w`` (and ``_v``, ``_a``) columns."""
+        return list(self.info["rails"])
+
+    @property
+    def gaps(self) -> list[dict]:
+        """Every gap: its time, duration, missing samples and cause."""
+        return self.info["gaps"]
+
+    @property
+    def damage(self) -> list[str]:
+        """Where the file is cut or damaged, one line each (empty for a sound file)."""
+        return self.info["damage"]
+
+    @property
+    def energy_j(self) -> float:
+        """Energy of the total power over the samples, gaps excluded, J."""
+        return self.info["energy_j"]
+
+    def table(self, kinds: Optional[Sequence[str]] = None,
+              columns: Optional[Sequence[str]] = None) -> pa.Table:
+        """The rows (one per sample, and one per event) as a pyarrow Table: only those of
+        ``kinds`` (e.g. ``["sample"]``, ``["edge", "gap"]``) and ``columns`` when given."""
+        data = _railtrace.recording_ipc(self.path, list(kinds) if kinds else None,
+                                        list(columns) if columns else None)
+        return pa.ipc.open_stream(data).read_all()
+
+    def samples(self, columns: Optional[Sequence[str]] = None) -> pa.Table:
+        """The samples: ``time_s``, each rail's watts and ``total_w`` unless ``columns``
+        names others (``<rail>_v``, ``<rail>_a``, ``index``, ``tick``, ...)."""
+        if columns is None:
+            columns = ["time_s"] + [f"{r}_w" for r in self.rails] + ["total_w"]
+        t = self.table(["sample"], columns)
+        return t.select([c for c in t.column_names if c in columns])
+
+    def events(self) -> pa.Table:
+        """Every row that is not a sample or a summary: gaps, trigger edges, time syncs,
+        the GPU logger's readings, kernel executions, the device's status and logs."""
+        kinds = [k for k, n in self.info["rows"].items() if n and k not in ("sample", "summary", "block")]
+        return self.table(kinds)
+
+    def __repr__(self) -> str:
+        return f"<railtrace.Recording {self.path!r}: {self.info['source']}>"
+
+
+def open(path: str | os.PathLike) -> Recording:  # noqa: A001 (as the library names it)
+    """Opens a recording; ``railtrace.open(p).samples()`` is its samples as a table."""
+    return Recording(path)
+
+
+@dataclass
+class Window:
+    """An energy window on a :class:`Rig`: its figures are filled in when it closes."""
+
+    name: str
+    rig: "Rig"
+    start_s: float = float("nan")
+    end_s: float = float("nan")
+    duration_s: float = float("nan")
+    energy_j: float = float("nan")
+    mean_w: float = float("nan")
+    samples: int = 0
+    _id: Optional[int] = None
+
+    def __enter__(self) -> "Window":
+        self._id = self.rig._meter().open(self.name)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        figures = json.loads(self.rig._meter().close(self._id))
+        for k in ("start_s", "end_s", "duration_s", "energy_j", "mean_w", "samples"):
+            setattr(self, k, figures[k])
+
+
+class Rig:
+    """A rig captured in the background while the block runs::
+
+        with railtrace.Rig(port, output="run.arrow") as rig:
+            with rig.window("gemm") as w:
+                run_gemm()
+            print(w.energy_j, w.duration_s, w.mean_w)
+            t, watts = rig.read()
+
+    The capture records exactly as ``railtrace capture`` does (to ``output``, or to a
+    temporary file removed on close); reading it, or not, costs it no sample.
+    """
+
+    def __init__(self, port: str | os.PathLike, output: str | os.PathLike | None = None,
+                 rate: Optional[int] = None, rig: str | os.PathLike | None = None,
+                 force: bool = False):
+        self.port = os.fspath(port)
+        self._temporary = output is None
+        if output is None:
+            fd, output = tempfile.mkstemp(prefix="railtrace-", suffix=".arrow")
+            os.close(fd)
+            force = True
+        self.output = os.fspath(output)
+        self._args = dict(rate=rate, rig=os.fspath(rig) if rig else None, force=force)
+        self._m = None
+        #: The capture's summary once closed.
+        self.summary: Optional[dict] = None
+
+    def _meter(self):
+        if self._m is None:
+            raise Error("the rig is not started: use it in a `with` block, or call start()")
+        return self._m
+
+    def start(self) -> "Rig":
+        """Starts capturing (``with`` does it)."""
+        self._m = _railtrace.Meter(self.port, self.output, **self._args)
+        return self
+
+    def close(self) -> dict:
+        """Stops capturing and closes the recording (``with`` does it); its summary."""
+        if self._m is not None:
+            m, self._m = self._m, None
+            try:
+                self.summary = json.loads(m.finish())
+            finally:
+                if self._temporary:
+                    try:
+                        os.remove(self.output)
+                    except OSError:
+                        pass
+        return self.summary
+
+    def __enter__(self) -> "Rig":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @property
+    def rails(self) -> list[str]:
+        """The rails' names, in the order of :meth:`read`'s columns."""
+        return self._meter().rails()
+
+    def read(self) -> tuple[np.ndarray, np.ndarray]:
+        """The samples since the last read: their times (s, shape ``(n,)``) and each
+        rail's watts (shape ``(n, rails)``)."""
+        t, w, _dropped = self._meter().read()
+        t = np.frombuffer(t, dtype="<f8")
+        w = np.frombuffer(w, dtype="<f4").reshape(len(t), -1) if len(t) else np.zeros((0, len(self.rails)), "<f4")
+        return t, w
+
+    def window(self, name: str) -> Window:
+        """An energy window over the ``with`` block it opens."""
+        return Window(name, self)
+
+    def now_s(self) -> float:
+        """Now, on the recording's timeline (s)."""
+        return self._meter().now_s()
+
+    @property
+    def progress(self) -> dict:
+        """The capture's counters: samples, frames lost, drops, gaps, ..."""
+        return json.loads(self._meter().progress())
+
+
+class Twin:
+    """The digital twin of a bench, its rig served on a pseudo-terminal (``port``)."""
+
+    def __init__(self, scenario: str | os.PathLike | None = None, rig: str | os.PathLike | None = None):
+        self._t = _railtrace.Twin(os.fspath(scenario) if scenario else None, os.fspath(rig) if rig else None)
+        #: The rig's serial port: give it to :class:`Rig`.
+        self.port: str = self._t.port
+
+    def stop(self) -> None:
+        """Stops the twin."""
+        self._t.stop()
+
+    def __enter__(self) -> "Twin":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def twin(scenario: str | os.PathLike | None = None, rig: str | os.PathLike | None = None) -> Twin:
+    """Starts the digital twin (the built-in MI300X-like bench unless ``scenario``)."""
+    return Twin(scenario, rig)
