@@ -2,7 +2,9 @@
 //! ([`capture`]) into a [`recording`], and importing other instruments' traces
 //! ([`import`]).
 pub mod analysis;
+pub mod calibrate;
 pub mod capture;
+pub mod correct;
 pub mod demo;
 pub mod dvfs;
 pub mod export;

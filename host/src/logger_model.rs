@@ -253,6 +253,34 @@ impl LoggerModel {
         })
     }
 
+    /// What the logger would read of power `power_w`, constant over each cell of a uniform
+    /// grid `dt_s` wide (steady at `idle_w` before it): `gain·(h ∗ P)(t − delay) + offset`
+    /// averaged over each cell (as a stitched profile's bin averages readings), the delay
+    /// folded into the response exactly (a negative one taken as none).
+    ///
+    /// # Errors
+    ///
+    /// A family this version does not know, or a grid the response cannot be sampled on.
+    pub fn through(&self, power_w: &[f64], dt_s: f64, idle_w: f64) -> anyhow::Result<Vec<f64>> {
+        let delay = self.delay_s.max(0.0);
+        let h =
+            railtrace_calibration::deconvolve::kernel(&self.response(dt_s, delay)?, dt_s, delay)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let logger = railtrace_calibration::deconvolve::LoggerKernel {
+            kernel: h,
+            delay_s: 0.0,
+            gain: self.gain,
+            offset_w: self.offset_w,
+        };
+        let grid: Vec<(f64, f64)> = (power_w.iter().enumerate())
+            .map(|(k, &w)| (k as f64 * dt_s, w))
+            .collect();
+        Ok(crate::correct::through_logger(&grid, dt_s, &logger, idle_w)
+            .into_iter()
+            .map(|p| p.1)
+            .collect())
+    }
+
     /// Writes the model as TOML.
     pub fn write(&self, path: &Path) -> anyhow::Result<()> {
         let text = toml::to_string(self)?;
@@ -399,6 +427,44 @@ mod tests {
         let r = LoggerModel::read(&p).map_err(|e| e.to_string());
         let _ = std::fs::remove_file(&p);
         r
+    }
+
+    /// A box logger through [`LoggerModel::through`] against the slow way: each cell's
+    /// mean, by a 500-point midpoint rule, of the window's exact mean of the power.
+    #[test]
+    fn a_box_logger_reads_a_step_as_the_slow_reference_does() {
+        let mut m = read_text("shipped", SHIPPED).unwrap();
+        m.family = "box".into();
+        (m.period_s, m.window_s, m.delay_s) = (1e-3, Some(1e-3), 0.23e-3);
+        (m.gain, m.offset_w) = (0.97, 4.0);
+        let dt = 10e-6;
+        let p: Vec<f64> = (0..400)
+            .map(|k| if k < 50 { 100.0 } else { 300.0 })
+            .collect();
+        let got = m.through(&p, dt, 100.0).unwrap();
+        // The power's integral from −∞ (idle) to t, exactly.
+        let integral = |t: f64| -> f64 {
+            let mut e = 100.0 * t.min(0.0);
+            for (k, &w) in p.iter().enumerate() {
+                let a = k as f64 * dt;
+                e += w * (t.min(a + dt) - a).max(0.0);
+            }
+            e
+        };
+        for (k, g) in got.iter().enumerate() {
+            let n = 500u32;
+            let mean = (0..n)
+                .map(|i| {
+                    let t = (k as f64 + (f64::from(i) + 0.5) / f64::from(n)) * dt - m.delay_s;
+                    (integral(t) - integral(t - 1e-3)) / 1e-3
+                })
+                .sum::<f64>()
+                / f64::from(n);
+            let want = 0.97 * mean + 4.0;
+            assert!((g - want).abs() < 1e-6 * 300.0, "cell {k}: {g} vs {want}");
+        }
+        assert!((got[0] - (0.97 * 100.0 + 4.0)).abs() < 1e-9);
+        assert!((got[399] - (0.97 * 300.0 + 4.0)).abs() < 1e-9);
     }
 
     #[test]

@@ -5,10 +5,16 @@
 //! clocks and stitches both power traces onto the kernel's time axis.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
 
 use railtrace_calibration::align::{fit_brackets, Bracket};
 
 use crate::analysis::{gpu_view, GpuSide, LoggerStamp};
+use crate::capture::{capture, Config, Counters, Summary};
 use crate::gpu::{host_now_ns, ExecutionRecord, GpuError, GpuRunner, Launch, PowerLogger, Stamp};
 use crate::recording::{Event, Meta, RecordingError, Writer, FORMAT_VERSION};
 use crate::trigger::{Driven, Quiet, TriggerError, TriggerOut};
@@ -322,7 +328,7 @@ pub fn acquire(
         progress(&out.n);
     }
     // The logger reports a window after the last kernel: wait for it.
-    std::thread::sleep(std::time::Duration::from_millis(50));
+    std::thread::sleep(Duration::from_millis(50));
     out.logger(logger)?;
     let n = out.n.clone();
     out.w.finish()?;
@@ -364,4 +370,150 @@ pub fn preheat(
 /// The rig recording beside a profile: `profile.arrow` → `profile.rig.arrow`.
 pub fn rig_path(profile: &Path) -> PathBuf {
     profile.with_extension("rig.arrow")
+}
+
+/// Runs `run` while the rig on `port` is captured into `rig_out` (at `rate_hz`, the
+/// device's highest when not given) in the background, from its first sample to `run`'s
+/// end.
+pub fn with_rig<T>(
+    port: &Path,
+    rig_out: &Path,
+    (rate_hz, rate_at_least_hz): (Option<u32>, Option<u32>),
+    run: impl FnOnce() -> anyhow::Result<T>,
+) -> anyhow::Result<(T, Summary)> {
+    let config = Config {
+        port: port.to_path_buf(),
+        output: rig_out.to_path_buf(),
+        rig: None,
+        rate_hz,
+        rate_at_least_hz,
+        channels: None,
+        averaging: 1,
+        duration: None,
+        reconnect_wait: Duration::from_secs(10),
+        replace: true, // checked by the command before it starts
+        tap: None,
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let counters = Arc::new(Counters::default());
+    let rig = {
+        let (stop, counters) = (stop.clone(), counters.clone());
+        std::thread::spawn(move || capture(&config, &stop, &counters, |_| {}))
+    };
+    let started = Instant::now();
+    while counters.samples.load(Ordering::Relaxed) == 0 {
+        if rig.is_finished() || started.elapsed() > Duration::from_secs(10) {
+            stop.store(true, Ordering::Relaxed);
+            let why = match rig.join() {
+                Ok(Err(e)) => e.to_string(),
+                _ => "no samples within 10 s".into(),
+            };
+            anyhow::bail!("the rig's capture did not start: {why}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let result = run();
+    stop.store(true, Ordering::Relaxed);
+    let summary = rig
+        .join()
+        .map_err(|_| anyhow::anyhow!("the rig's capture panicked"))?;
+    let result = result?;
+    Ok((result, summary.context("the rig's capture failed")?))
+}
+
+/// Where a profiling run goes and how the rig captures it.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// The profile recording (the rig's capture beside it).
+    pub output: PathBuf,
+    /// The rig's sample rate, Hz (when not given, the lowest the device offers that puts a
+    /// sample in every bin, or its highest).
+    pub rate_hz: Option<u32>,
+    /// The profile's bin, s.
+    pub bin_s: f64,
+    /// The twin's scenario file, if one was given.
+    pub scenario: Option<PathBuf>,
+    /// The twin's rig file, if one was given.
+    pub rig: Option<PathBuf>,
+    /// The rig's 10-90 % rise (its sensors and ADC filter), s, where its description is
+    /// known: kept in the profile, so that a report draws no bin finer than it.
+    pub rig_rise_s: Option<f64>,
+    /// The keep-running target, for the summary line.
+    pub target_error: Option<(f64, f64)>,
+}
+
+/// A profiling run's outcome.
+#[derive(Debug, Clone)]
+pub struct Profiled {
+    /// What the GPU side recorded.
+    pub acquired: Acquired,
+    /// The rig's capture, where there was a rig.
+    pub rig: Option<Summary>,
+}
+
+/// A profiling run: `plan` run on `runner` (after its preheat), the rig captured from
+/// `port` in the background meanwhile; `progress` is told of each train.
+///
+/// # Errors
+///
+/// The rig's capture, the GPU or its logger failing, or a run interrupted (Ctrl-C):
+/// each recording is closed and keeps what came before.
+pub fn profile(
+    args: &Run,
+    plan: &Plan,
+    port: Option<&Path>,
+    runner: &mut dyn GpuRunner,
+    logger: &mut dyn PowerLogger,
+    trigger: &mut dyn TriggerOut,
+    mut progress: impl FnMut(&Acquired),
+) -> anyhow::Result<Profiled> {
+    let rig_out = rig_path(&args.output);
+    if plan.preheat_s > 0.0 {
+        preheat(runner, logger, &plan.launch, plan.preheat_s)?;
+    }
+    let least = (args.bin_s > 0.0).then(|| (1.0 / args.bin_s).ceil() as u32);
+    let mut run = || {
+        let acquired = acquire(
+            runner,
+            logger,
+            trigger,
+            plan,
+            &args.output,
+            serde_json::json!({
+                "scenario": args.scenario.as_ref().map(|p| p.display().to_string()),
+                "rig": args.rig.as_ref().map(|p| p.display().to_string()),
+                "rig_recording": port.map(|_| rig_out.display().to_string()),
+                "rig_port": port.map(|p| p.display().to_string()),
+                "rig_rise_s": args.rig_rise_s,
+            }),
+            &mut progress,
+        );
+        Ok(acquired?)
+    };
+    let (acquired, rig_summary) = match port {
+        Some(port) => {
+            let (a, s) = with_rig(port, &rig_out, (args.rate_hz, least), run)?;
+            (a, Some(s))
+        }
+        None => (run()?, None),
+    };
+    let kept = if rig_summary.is_some() {
+        format!(
+            "{} and {} are closed and keep them",
+            args.output.display(),
+            rig_out.display()
+        )
+    } else {
+        format!("{} is closed and keeps them", args.output.display())
+    };
+    anyhow::ensure!(
+        !acquired.interrupted,
+        "interrupted after {} of {} trains; {kept}",
+        acquired.runs,
+        plan.runs,
+    );
+    Ok(Profiled {
+        acquired,
+        rig: rig_summary,
+    })
 }

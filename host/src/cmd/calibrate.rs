@@ -3,15 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
-use railtrace::analysis::{reduced_timeline, Options, Reduced, EXACT_SAMPLES};
-use railtrace::logger_model::{LoggerModel, Provenance};
-use railtrace::paired;
-use railtrace::profile::rig_path;
-use railtrace::recording::{self, iso_utc, LoggerColumn};
-use railtrace_calibration::logger::{
-    identify, period_from_changes, Family, LatticeBuilder, Options as IdentifyOptions,
-};
+use railtrace::calibrate::Family;
+pub use railtrace::calibrate::{calibrate, Calibrated, Request};
+use railtrace::recording::LoggerColumn;
 
 /// Identifies things against the rig.
 #[derive(Debug, clap::Args)]
@@ -65,178 +59,6 @@ fn family(s: &str) -> Result<Family, String> {
         })
 }
 
-/// What to identify: the readings, the period if known, the family if forced.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Request {
-    /// The logger's update period if known, ms.
-    pub period_ms: Option<f64>,
-    /// The logger's readings to fit.
-    pub column: LoggerColumn,
-    /// The family to write instead of the criterion's choice.
-    pub family: Option<Family>,
-}
-
-/// Reference samples and logger readings (of `column`) of a recording with both (an
-/// import): the reference kept as its samples, or reduced to a lattice beyond
-/// [`EXACT_SAMPLES`].
-fn from_recording(
-    path: &Path,
-    period_ms: Option<f64>,
-    column: LoggerColumn,
-) -> anyhow::Result<(Reduced, String, String)> {
-    let rec = paired::read(path, column)?;
-    let spacing = median_spacing(&rec.meter_t);
-    let cell = cell_for(&rec.logger_t, &rec.logger_w, period_ms, spacing);
-    let mut lattice = LatticeBuilder::new(cell)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
-        .exact_up_to(EXACT_SAMPLES);
-    for (&t, &w) in rec.meter_t.iter().zip(&rec.meter_w) {
-        lattice
-            .push(t, w)
-            .map_err(|e| anyhow::anyhow!("{}: the reference: {e}", path.display()))?;
-    }
-    let samples = lattice.samples();
-    let reference = lattice
-        .finish()
-        .map_err(|e| anyhow::anyhow!("{}: the reference: {e}", path.display()))?;
-    let device = rec.meter.as_deref().unwrap_or("its samples");
-    let described = format!("{device} ({})", rec.source);
-    let logger = rec.logger.unwrap_or_else(|| "its logger rows".into());
-    let reduced = Reduced {
-        reference,
-        samples,
-        logger_t: rec.logger_t,
-        logger_w: rec.logger_w,
-    };
-    Ok((reduced, described, logger))
-}
-
-/// The median interval of sorted times, s (None for fewer than 2).
-fn median_spacing(t: &[f64]) -> Option<f64> {
-    let mut d: Vec<f64> = t.windows(2).map(|w| w[1] - w[0]).collect();
-    d.sort_by(f64::total_cmp);
-    d.get(d.len() / 2).copied()
-}
-
-/// The reference's lattice cell: a 64th of the logger's update period (given, or
-/// estimated from the changes of its first readings), the resolution of the finest shape
-/// the identification searches (a window or time constant of `T/64`, the free response's
-/// bins of `1.5·T/96` for a box), or the reference's own sample spacing where that is
-/// coarser.
-pub fn cell_for(t: &[f64], w: &[f64], period_ms: Option<f64>, spacing_s: Option<f64>) -> f64 {
-    const READINGS: usize = 5000;
-    let n = t.len().min(READINGS);
-    let period = period_ms
-        .map(|p| p * 1e-3)
-        .or_else(|| period_from_changes(&t[..n], &w[..n]).map(|p| p.0));
-    let model = period.map_or(10e-6, |p| p / 64.0);
-    spacing_s.map_or(model, |s| model.max(s))
-}
-
-/// A logger identified, and its model.
-pub struct Calibrated {
-    /// Every family's fit.
-    pub ident: railtrace_calibration::logger::Identification,
-    /// The chosen family's model.
-    pub model: LoggerModel,
-    /// Reference samples used.
-    pub reference_samples: usize,
-    /// Seconds the identification took.
-    pub seconds: f64,
-}
-
-/// Identifies the logger of `input` (a profiling run with its rig capture, or a recording
-/// holding both) against the reference.
-pub fn calibrate(input: &Path, rig: Option<PathBuf>, req: Request) -> anyhow::Result<Calibrated> {
-    let Request {
-        period_ms,
-        column,
-        family,
-    } = req;
-    let head = recording::open_columns(input, &[])?;
-    let is_profile = head
-        .meta
-        .settings
-        .as_ref()
-        .is_some_and(|s| s.get("gpu_clock_hz").is_some());
-    let bar = indicatif::ProgressBar::new_spinner();
-    bar.enable_steady_tick(std::time::Duration::from_millis(120));
-    let (t, reference, logger) = if is_profile {
-        let rig = rig.unwrap_or_else(|| rig_path(input));
-        let logger = head
-            .meta
-            .settings
-            .as_ref()
-            .and_then(|s| s["logger"].as_str().map(str::to_string))
-            .unwrap_or_default();
-        let reduced = reduced_timeline(
-            input,
-            &rig,
-            &Options {
-                logger_column: column,
-                ..Options::default()
-            },
-            |t, w, rate| cell_for(t, w, period_ms, rate.map(|r| 1.0 / r)),
-            |n| bar.set_message(format!("reading the rig's capture: {n} samples")),
-        )?;
-        (
-            reduced,
-            format!("the rig's capture {}", rig.display()),
-            logger,
-        )
-    } else {
-        from_recording(input, period_ms, column)?
-    };
-    drop(head);
-    anyhow::ensure!(
-        !t.logger_t.is_empty(),
-        "{}: needs reference samples and logger readings ({} samples here, and no readings of the logger's {column})",
-        input.display(),
-        t.samples,
-    );
-    let opts = IdentifyOptions {
-        period_s: period_ms.map(|p| p * 1e-3),
-        ..IdentifyOptions::default()
-    };
-    bar.set_message(format!(
-        "identifying the logger from {} readings against {} reference samples",
-        t.logger_t.len(),
-        t.samples
-    ));
-    let started = std::time::Instant::now();
-    let ident = identify(&t.reference, &t.logger_t, &t.logger_w, &opts)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", input.display()))
-        .context("the logger could not be identified")?;
-    bar.finish_and_clear();
-    let fit = match family {
-        Some(f) => ident
-            .fit(f)
-            .with_context(|| format!("{}: no {f} fit to write", input.display()))?,
-        None => ident.best(),
-    };
-    let mean_w = t.logger_w.iter().sum::<f64>() / t.logger_w.len() as f64;
-    let model = LoggerModel::new(
-        &ident,
-        fit,
-        mean_w,
-        Provenance {
-            input: input.display().to_string(),
-            reference,
-            logger,
-            created_utc: iso_utc(railtrace::gpu::host_now_ns()),
-            railtrace: env!("CARGO_PKG_VERSION").into(),
-            column: column.column().into(),
-            period_given_s: period_ms.map(|p| p * 1e-3),
-        },
-    );
-    Ok(Calibrated {
-        ident,
-        model,
-        reference_samples: t.samples as usize,
-        seconds: started.elapsed().as_secs_f64(),
-    })
-}
-
 /// Runs `railtrace calibrate`.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let What::Logger {
@@ -253,13 +75,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         column,
         family,
     };
-    let c = calibrate(&input, rig, req)?;
+    let c = with_spinner(|progress| calibrate(&input, rig, req, progress))?;
     c.model.write(&output)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&c.model)?);
     }
     print(&c, &output);
     Ok(())
+}
+
+/// Runs `stage` with a spinner on stderr that shows what it says it is doing.
+pub fn with_spinner<T>(stage: impl FnOnce(&dyn Fn(&str)) -> T) -> T {
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    let r = stage(&|m: &str| bar.set_message(m.to_string()));
+    bar.finish_and_clear();
+    r
 }
 
 /// The identification's summary, on stderr.

@@ -220,14 +220,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
     // 2. The logger calibrated from the rig.
     let logger_path = out.join("logger.toml");
-    let cal = calibrate::calibrate(
-        &profile_path,
-        None,
-        calibrate::Request {
-            period_ms: args.period_ms,
-            ..calibrate::Request::default()
-        },
-    )?;
+    let cal = calibrate::with_spinner(|progress| {
+        calibrate::calibrate(
+            &profile_path,
+            None,
+            calibrate::Request {
+                period_ms: args.period_ms,
+                ..calibrate::Request::default()
+            },
+            progress,
+        )
+    })?;
     cal.model.write(&logger_path)?;
     calibrate::print(&cal, &logger_path);
 

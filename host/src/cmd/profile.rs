@@ -1,16 +1,12 @@
 //! `railtrace profile`: FinGraV's profiling run on a GPU beside the rig.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use railtrace::analysis::Options;
-use railtrace::capture::{capture, Config, Counters};
 use railtrace::gpu::twin::{TwinGpu, TwinTrigger};
 use railtrace::gpu::{GpuRunner, Launch, PowerLogger};
-use railtrace::profile::{acquire, rig_path, Plan, Target};
+pub use railtrace::profile::{rig_path, with_rig, Plan, Profiled, Run, Target};
 use railtrace::trigger::TriggerOut;
 
 /// Runs a kernel many times with random delays, recording the GPU's executions, its
@@ -289,76 +285,6 @@ fn open_trigger(args: &Args) -> anyhow::Result<Box<dyn TriggerOut>> {
     })
 }
 
-/// Runs `run` while the rig on `port` is captured into `rig_out` (at `rate_hz`, the
-/// device's highest when not given) in the background, from its first sample to `run`'s
-/// end.
-pub fn with_rig<T>(
-    port: &std::path::Path,
-    rig_out: &std::path::Path,
-    (rate_hz, rate_at_least_hz): (Option<u32>, Option<u32>),
-    run: impl FnOnce() -> anyhow::Result<T>,
-) -> anyhow::Result<(T, railtrace::capture::Summary)> {
-    let config = Config {
-        port: port.to_path_buf(),
-        output: rig_out.to_path_buf(),
-        rig: None,
-        rate_hz,
-        rate_at_least_hz,
-        channels: None,
-        averaging: 1,
-        duration: None,
-        reconnect_wait: Duration::from_secs(10),
-        replace: true, // checked by the command before it starts
-        tap: None,
-    };
-    let stop = Arc::new(AtomicBool::new(false));
-    let counters = Arc::new(Counters::default());
-    let rig = {
-        let (stop, counters) = (stop.clone(), counters.clone());
-        std::thread::spawn(move || capture(&config, &stop, &counters, |_| {}))
-    };
-    let started = Instant::now();
-    while counters.samples.load(Ordering::Relaxed) == 0 {
-        if rig.is_finished() || started.elapsed() > Duration::from_secs(10) {
-            stop.store(true, Ordering::Relaxed);
-            let why = match rig.join() {
-                Ok(Err(e)) => e.to_string(),
-                _ => "no samples within 10 s".into(),
-            };
-            anyhow::bail!("the rig's capture did not start: {why}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let result = run();
-    stop.store(true, Ordering::Relaxed);
-    let summary = rig
-        .join()
-        .map_err(|_| anyhow::anyhow!("the rig's capture panicked"))?;
-    let result = result?;
-    Ok((result, summary.context("the rig's capture failed")?))
-}
-
-/// Where a profiling run goes and how the rig captures it.
-#[derive(Debug, Clone)]
-pub struct Run {
-    /// The profile recording (the rig's capture beside it).
-    pub output: PathBuf,
-    /// The rig's sample rate, Hz (when not given, the lowest the device offers that puts a
-    /// sample in every bin, or its highest).
-    pub rate_hz: Option<u32>,
-    /// The profile's bin, s.
-    pub bin_s: f64,
-    /// The twin's scenario file, if one was given.
-    pub scenario: Option<PathBuf>,
-    /// The twin's rig file, if one was given.
-    pub rig: Option<PathBuf>,
-    /// The rig's 10-90 % rise (its sensors and ADC filter), s, where its description is
-    /// known: kept in the profile, so that a report draws no bin finer than it.
-    pub rig_rise_s: Option<f64>,
-    /// The keep-running target, for the summary line.
-    pub target_error: Option<(f64, f64)>,
-}
-
 fn run_of(args: &Args) -> Run {
     Run {
         output: args.output.clone(),
@@ -371,8 +297,8 @@ fn run_of(args: &Args) -> Run {
     }
 }
 
-/// A profiling run: the rig captured from `port` in the background, `plan` run on
-/// `runner` meanwhile, with a progress bar; prints a summary line.
+/// A profiling run with a progress bar, and its summary line (see
+/// [`railtrace::profile::profile`]).
 pub fn profile(
     args: &Run,
     plan: &Plan,
@@ -381,47 +307,22 @@ pub fn profile(
     logger: &mut dyn PowerLogger,
     trigger: &mut dyn TriggerOut,
 ) -> anyhow::Result<()> {
-    let rig_out = rig_path(&args.output);
     if plan.preheat_s > 0.0 {
         eprintln!(
             "railtrace profile: preheating: {} back to back for {} s",
             plan.launch.kernel, plan.preheat_s
         );
-        railtrace::profile::preheat(runner, logger, &plan.launch, plan.preheat_s)?;
     }
-    let least = (args.bin_s > 0.0).then(|| (1.0 / args.bin_s).ceil() as u32);
-    let mut run = || {
-        let bar = indicatif::ProgressBar::new(plan.runs as u64);
-        let acquired = acquire(
-            runner,
-            logger,
-            trigger,
-            plan,
-            &args.output,
-            serde_json::json!({
-                "scenario": args.scenario.as_ref().map(|p| p.display().to_string()),
-                "rig": args.rig.as_ref().map(|p| p.display().to_string()),
-                "rig_recording": port.map(|_| rig_out.display().to_string()),
-                "rig_port": port.map(|p| p.display().to_string()),
-                "rig_rise_s": args.rig_rise_s,
-            }),
-            |n| {
-                bar.set_position(n.runs as u64);
-                if let Some(p) = n.planned_runs {
-                    bar.set_message(format!("the planner estimates {p} runs for the target"));
-                }
-            },
-        );
-        bar.finish_and_clear();
-        Ok(acquired?)
-    };
-    let (acquired, rig_summary) = match port {
-        Some(port) => {
-            let (a, s) = with_rig(port, &rig_out, (args.rate_hz, least), run)?;
-            (a, Some(s))
+    let bar = indicatif::ProgressBar::new(plan.runs as u64);
+    let profiled = railtrace::profile::profile(args, plan, port, runner, logger, trigger, |n| {
+        bar.set_position(n.runs as u64);
+        if let Some(p) = n.planned_runs {
+            bar.set_message(format!("the planner estimates {p} runs for the target"));
         }
-        None => (run()?, None),
-    };
+    });
+    bar.finish_and_clear();
+    let Profiled { acquired, rig } = profiled?;
+    let rig_out = rig_path(&args.output);
     if let Some((e, confidence)) = args.target_error {
         eprintln!(
             "railtrace profile: target {:.2} % at {:.0} % confidence {} after {} runs (planner's estimate: {})",
@@ -432,7 +333,7 @@ pub fn profile(
             acquired.planned_runs.map_or("none".to_string(), |p| p.to_string())
         );
     }
-    let rig = match &rig_summary {
+    let rig = match &rig {
         Some(r) => format!(
             "rig: {} samples, {} frames lost, {} gaps in {}",
             r.progress.samples,
@@ -450,21 +351,6 @@ pub fn profile(
         acquired.clock_reads,
         acquired.driven,
         args.output.display(),
-    );
-    let kept = if rig_summary.is_some() {
-        format!(
-            "{} and {} are closed and keep them",
-            args.output.display(),
-            rig_out.display()
-        )
-    } else {
-        format!("{} is closed and keeps them", args.output.display())
-    };
-    anyhow::ensure!(
-        !acquired.interrupted,
-        "interrupted after {} of {} trains; {kept}",
-        acquired.runs,
-        plan.runs,
     );
     Ok(())
 }

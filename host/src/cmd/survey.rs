@@ -9,7 +9,7 @@ use railtrace::logger_model::LoggerModel;
 use railtrace::paired::{self, Energy};
 use railtrace::recording::LoggerColumn;
 
-use super::calibrate::{calibrate, Request};
+use super::calibrate::{calibrate, with_spinner, Request};
 
 /// Calibrates and compares every logger column of every paired run found.
 #[derive(Debug, clap::Args)]
@@ -164,7 +164,7 @@ fn survey(found: &[Found], scratch: &Path, args: &Args) -> anyhow::Result<Vec<Ro
                 column,
                 ..Request::default()
             };
-            let c = calibrate(&rec, None, req)
+            let c = with_spinner(|progress| calibrate(&rec, None, req, progress))
                 .map_err(|e| anyhow::anyhow!("{} {}: {e:#}", f.dir.display(), column))?;
             let mut model = c.model;
             model.provenance.input = f.dir.display().to_string();

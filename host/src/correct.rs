@@ -1,0 +1,343 @@
+//! Correcting a profiling run's stitched GPU-logger profile: the logger's identified
+//! response undone by regularised deconvolution, with an uncertainty band and the energy
+//! per execution (`railtrace correct`).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
+use arrow_array::{ArrayRef, Float64Array, RecordBatch};
+use arrow_schema::{DataType, Field, Schema};
+use railtrace_calibration::deconvolve::{
+    deconvolve, kernel, Deconvolved, Input, LoggerKernel, Options as DeconvolveOptions, Profile,
+};
+use railtrace_calibration::stats::median;
+use railtrace_calibration::stitch::ProfileBin;
+
+use crate::analysis::{analyse, execution_durations, Analysis, Options, Point};
+use crate::logger_model::LoggerModel;
+
+fn bins(points: &[Point]) -> Vec<ProfileBin> {
+    points
+        .iter()
+        .map(|p| ProfileBin {
+            lo: p.lo_s,
+            hi: p.hi_s,
+            n: p.n,
+            mean_w: p.mean_w,
+            std_w: p.std_w,
+            ci_half_w: p.ci_half_w,
+        })
+        .collect()
+}
+
+/// A stitched logger profile corrected.
+#[derive(Debug)]
+pub struct Corrected {
+    /// The profiling run's analysis (its stitched logger and rig profiles).
+    pub analysis: Analysis,
+    /// The corrected profile.
+    pub d: Deconvolved,
+    /// The logger as the deconvolution saw it.
+    pub logger: LoggerKernel,
+    /// The idle level imposed before the kernel, W.
+    pub idle_w: f64,
+    /// The kept executions' mean duration, s.
+    pub duration_s: f64,
+    /// How far the reference lags the GPU's timeline, as the model's negative delay
+    /// says, s (0 for a delay ≥ 0).
+    pub reference_lag_s: f64,
+}
+
+/// Deconvolves the stitched logger profile of `profile` (its rig capture `rig`) with
+/// `model`, on bins `bin_s` wide.
+pub fn correct(
+    profile: &Path,
+    rig: &Path,
+    model: &LoggerModel,
+    model_path: &Path,
+    bin_s: f64,
+) -> anyhow::Result<Corrected> {
+    let dt = bin_s;
+    // Readings hold the kernel for up to a window (and the delay) after its end: stitch
+    // that far and more past the executions' typical length.
+    let durations = execution_durations(profile)?;
+    let reach = model
+        .window_s
+        .or(model.tau_s.map(|t| 5.0 * t))
+        .unwrap_or(model.period_s)
+        + model.delay_s.abs();
+    let options = Options {
+        bin_s: dt,
+        horizon_s: 2.0 * median(&durations) + 2.5 * reach,
+        ..Options::default()
+    };
+    let a = analyse(profile, rig, &options)?;
+    let kept: Vec<f64> = a
+        .executions
+        .iter()
+        .filter(|e| e.kept)
+        .map(|e| e.duration_s)
+        .collect();
+    anyhow::ensure!(
+        !kept.is_empty(),
+        "{}: no executions kept",
+        profile.display()
+    );
+    let duration = kept.iter().sum::<f64>() / kept.len() as f64;
+    let response = model
+        .response(dt, model.delay_s)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", model_path.display()))?;
+    // The profile's time axis is the GPU's (each execution starts at TOI 0 by its own
+    // timestamps), the model's delay is against the reference's: the logger's delay on
+    // the GPU's timeline is the model's plus the reference's own lag behind it (the GPU
+    // board's input filter, the rig's analog chain and trigger path), measured from the
+    // rig's profile at the kernel's end. Where that cannot be measured, a negative delay
+    // is taken as all lag (a logger cannot see power before it is drawn).
+    let spread =
+        (kept.iter().map(|d| (d - duration).powi(2)).sum::<f64>() / kept.len() as f64).sqrt();
+    let reference_lag_s =
+        reference_lag(&a.rig, duration, spread).unwrap_or((-model.delay_s).max(0.0));
+    let h = kernel(&response, dt, (model.delay_s + reference_lag_s).max(0.0))
+        .map_err(|e| anyhow::anyhow!("{}: {e}", model_path.display()))?;
+    // The idle level: the logger's readings long after the kernel (its reach over), made
+    // reference watts through the model's gain and offset.
+    let reach = duration + h.len() as f64 * dt;
+    let late: Vec<f64> = a
+        .logger
+        .iter()
+        .filter(|p| p.lo_s > reach && p.n > 0)
+        .map(|p| (p.mean_w - model.offset_w) / model.gain)
+        .collect();
+    anyhow::ensure!(
+        !late.is_empty(),
+        "{}: no logger readings after the kernel's reach ({:.3} ms) to tell the idle level",
+        profile.display(),
+        reach * 1e3
+    );
+    let idle = late.iter().sum::<f64>() / late.len() as f64;
+    let stitched = Profile::from_bins(&bins(&a.logger))
+        .map_err(|e| anyhow::anyhow!("the stitched profile: {e}"))?;
+    let logger = LoggerKernel {
+        kernel: h,
+        delay_s: 0.0,
+        gain: model.gain,
+        offset_w: model.offset_w,
+    };
+    let d = deconvolve(
+        &Input {
+            profile: stitched,
+            logger: logger.clone(),
+            idle_w: idle,
+            duration_s: duration,
+        },
+        &DeconvolveOptions::default(),
+    )
+    .map_err(|e| anyhow::anyhow!("the deconvolution: {e}"))?;
+    Ok(Corrected {
+        analysis: a,
+        d,
+        logger,
+        idle_w: idle,
+        duration_s: duration,
+        reference_lag_s,
+    })
+}
+
+/// How far the rig's stitched profile `rig` lags the GPU's timeline, s: the energy it
+/// still shows past the kernel's end (`duration`, on the GPU's timestamps), over the step
+/// down to idle there. For a linear lag of unit gain, `∫_end^∞ (r − idle) dt = (P_last −
+/// idle)·L`, `L` the lag's mean delay, exactly when the last phase outlasts the lag; bins
+/// are integrals, so their width does not bias it. The executions' durations spread by
+/// `spread` (s, their standard deviation) about their mean: the longer ones put energy
+/// past the mean end, the shorter ones end their lag's tail before it, which cancel to
+/// first order while the spread is within the lag (beyond, the excess is about
+/// `(0.4·spread + lag/2)·step`), so the lag is taken only there. `None` where the
+/// profile cannot tell (no idle after the kernel's tail, no step at its end, a lag
+/// outside `[0, duration/2]`, or a spread that blurs it).
+fn reference_lag(rig: &[Point], duration: f64, spread: f64) -> Option<f64> {
+    let with = |p: &&Point| p.n > 0 && p.mean_w.is_finite();
+    let last = rig.iter().filter(with).rfind(|p| p.hi_s <= duration)?;
+    // The tail: the bins from the one holding the end, over a quarter of the kernel or
+    // ten bins, whichever is longer; the part of the first bin before the end taken at
+    // the last phase's level. The idle level: the bins after it.
+    let width = last.hi_s - last.lo_s;
+    let until = duration + (0.25 * duration).max(10.0 * width);
+    let after: Vec<f64> = (rig.iter().filter(with))
+        .filter(|p| p.lo_s >= until)
+        .map(|p| p.mean_w)
+        .collect();
+    let idle = median(&after);
+    let step = last.mean_w - idle;
+    let mut excess = 0.0;
+    for p in rig.iter().filter(with) {
+        if p.hi_s > duration && p.lo_s < until {
+            excess += (p.mean_w - idle) * (p.hi_s - p.lo_s);
+            if p.lo_s < duration {
+                excess -= step * (duration - p.lo_s);
+            }
+        }
+    }
+    let lag = excess / step;
+    (idle.is_finite() && step.abs() > 0.0 && (0.0..=0.5 * duration).contains(&lag) && spread <= lag)
+        .then_some(lag)
+}
+
+/// What the logger would read of a profile `(bin start, mean power)` on a uniform grid
+/// `dt` wide: `gain·(h ∗ P)(t − delay) + offset`, with `idle_w` before the first bin and
+/// the delay rounded to whole bins.
+pub fn through_logger(
+    power: &[(f64, f64)],
+    dt: f64,
+    logger: &LoggerKernel,
+    idle_w: f64,
+) -> Vec<(f64, f64)> {
+    let shift = (logger.delay_s / dt).round() as i64;
+    let at = |k: i64| {
+        usize::try_from(k)
+            .ok()
+            .and_then(|k| power.get(k))
+            .map_or(idle_w, |p| p.1)
+    };
+    (0..power.len() as i64)
+        .map(|k| {
+            let conv: f64 = (logger.kernel.iter().enumerate())
+                .map(|(j, h)| h * at(k - shift - j as i64))
+                .sum();
+            (power[k as usize].0, logger.gain * conv + logger.offset_w)
+        })
+        .collect()
+}
+
+/// The figures of a correction, as `railtrace correct --json` prints them and the
+/// corrected file's metadata holds them.
+pub fn figures(c: &Corrected, model: &LoggerModel, model_path: &Path) -> serde_json::Value {
+    let (a, d) = (&c.analysis, &c.d);
+    serde_json::json!({
+        "duration_s": c.duration_s,
+        "idle_w": c.idle_w,
+        "reference_lag_s": c.reference_lag_s,
+        "energy_j": d.energy_j,
+        "energy_lo_j": d.energy_lo_j,
+        "energy_hi_j": d.energy_hi_j,
+        "rig_energy_j": a.rig_energy_j,
+        "lambda": d.lambda,
+        "rule": d.rule,
+        "noise_scale": d.noise_scale,
+        "segments": d.segments,
+        "confidence": d.confidence,
+        "logger_model": model_path.display().to_string(),
+        "family": model.family,
+    })
+}
+
+/// Writes the corrected profile ([`table`]) as an Arrow IPC stream.
+pub fn write(c: &Corrected, figures: &serde_json::Value, output: &Path) -> anyhow::Result<()> {
+    let batch = table(c, figures)?;
+    let file = std::fs::File::create(output)
+        .with_context(|| format!("cannot create {}", output.display()))?;
+    let mut w = arrow_ipc::writer::StreamWriter::try_new(file, &batch.schema())?;
+    w.write(&batch)?;
+    w.finish()?;
+    Ok(())
+}
+
+/// The corrected profile, one row per cell (`t_s`, `logger_w`, `corrected_w`, `lo_w`,
+/// `hi_w`, `rig_w`), `figures` in the schema's `railtrace.corrected` metadata.
+pub fn table(c: &Corrected, figures: &serde_json::Value) -> anyhow::Result<RecordBatch> {
+    let (a, d) = (&c.analysis, &c.d);
+    let at = |points: &[Point], t: f64| {
+        points
+            .iter()
+            .find(|p| p.lo_s <= t && t < p.hi_s && p.n > 0)
+            .map_or(f64::NAN, |p| p.mean_w)
+    };
+    let col = |v: Vec<f64>| Arc::new(Float64Array::from(v)) as ArrayRef;
+    let fields: Vec<Field> = ["t_s", "logger_w", "corrected_w", "lo_w", "hi_w", "rig_w"]
+        .iter()
+        .map(|n| Field::new(*n, DataType::Float64, true))
+        .collect();
+    let schema = Arc::new(
+        Schema::new(fields).with_metadata(std::collections::HashMap::from([(
+            "railtrace.corrected".to_string(),
+            figures.to_string(),
+        )])),
+    );
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            col(d.t.clone()),
+            col(d.t.iter().map(|&t| at(&a.logger, t)).collect()),
+            col(d.power_w.clone()),
+            col(d.lo_w.clone()),
+            col(d.hi_w.clone()),
+            col(d.t.iter().map(|&t| at(&a.rig, t)).collect()),
+        ],
+    )?;
+    Ok(batch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A rig's stitched profile of a kernel of one level `step` W above 140 W idle, seen
+    /// through a first-order lag `tau`, over executions of `durations`: bin means on
+    /// 10 µs bins from TOI 0 to 1 ms by a 2 000-point midpoint rule.
+    fn lagged(tau: f64, durations: &[f64], step: f64) -> Vec<Point> {
+        let r = |t: f64, d: f64| {
+            let up = 1.0 - (-t.min(d) / tau).exp();
+            let decay = if t > d { (-(t - d) / tau).exp() } else { 1.0 };
+            140.0 + step * up * decay
+        };
+        (0..100)
+            .map(|k| {
+                let (lo, hi) = (f64::from(k) * 10e-6, f64::from(k + 1) * 10e-6);
+                let m = 2000;
+                let mean = (0..m)
+                    .map(|i| {
+                        let t = lo + (f64::from(i) + 0.5) * (hi - lo) / f64::from(m);
+                        durations.iter().map(|&d| r(t, d)).sum::<f64>() / durations.len() as f64
+                    })
+                    .sum::<f64>()
+                    / f64::from(m);
+                Point {
+                    lo_s: lo,
+                    hi_s: hi,
+                    n: 100,
+                    mean_w: mean,
+                    std_w: 1.0,
+                    ci_half_w: 0.1,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_rigs_lag_is_read_from_its_profile_at_the_kernels_end() {
+        let tau = 5e-6;
+        // One duration, ending mid-bin: the lag to 1 % (the tail's 10 bins hold all but
+        // e^-20 of it).
+        let lag = reference_lag(&lagged(tau, &[263e-6], 400.0), 263e-6, 0.0).unwrap();
+        assert!((lag / tau - 1.0).abs() < 0.01, "{lag}");
+        // Durations spread by half the lag (uniform ±√3·σ): first order cancels; within 5 %.
+        let sd = 0.5 * tau;
+        let ds: Vec<f64> = (0..41)
+            .map(|i| 263e-6 + 3f64.sqrt() * sd * (f64::from(i) / 20.0 - 1.0))
+            .collect();
+        let mean = ds.iter().sum::<f64>() / ds.len() as f64;
+        let spread = (ds.iter().map(|d| (d - mean).powi(2)).sum::<f64>() / ds.len() as f64).sqrt();
+        let lag = reference_lag(&lagged(tau, &ds, 400.0), mean, spread).unwrap();
+        assert!((lag / tau - 1.0).abs() < 0.05, "{lag}");
+        // Spread past the lag: not taken.
+        assert_eq!(
+            reference_lag(&lagged(tau, &ds, 400.0), mean, 2.0 * tau),
+            None
+        );
+        // No step at the end: nothing to read.
+        assert_eq!(
+            reference_lag(&lagged(tau, &[263e-6], 0.0), 263e-6, 0.0),
+            None
+        );
+    }
+}
