@@ -26,6 +26,10 @@ use railtrace_calibration::deconvolve::Response;
 use railtrace_calibration::logger::{FamilyFit, Identification, Shape};
 use serde::{Deserialize, Serialize};
 
+/// The first line of every model file.
+const MODEL_HEADER: &str =
+    "# A GPU power logger's identified model (railtrace; see host/src/logger_model.rs).\n";
+
 /// The value of `format`.
 pub const FORMAT: &str = "railtrace-logger-model";
 /// The version this code writes and reads.
@@ -281,12 +285,14 @@ impl LoggerModel {
             .collect())
     }
 
+    /// The model file's text (TOML, with its header).
+    pub fn to_toml(&self) -> anyhow::Result<String> {
+        Ok(format!("{MODEL_HEADER}{}", toml::to_string(self)?))
+    }
+
     /// Writes the model as TOML.
     pub fn write(&self, path: &Path) -> anyhow::Result<()> {
-        let text = toml::to_string(self)?;
-        let header =
-            "# A GPU power logger's identified model (railtrace; see host/src/logger_model.rs).\n";
-        std::fs::write(path, format!("{header}{text}"))
+        std::fs::write(path, self.to_toml()?)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
     }
 

@@ -442,6 +442,40 @@ pub struct Run {
     pub target_error: Option<(f64, f64)>,
 }
 
+/// A profiling run on the digital twin of `run.scenario` (the built-in default when
+/// none) built on `run.rig`: the twin's GPU (its random delays drawn from `seed`), its
+/// logger and its trigger line, its rig captured beside it unless `rig` is false.
+///
+/// # Errors
+///
+/// As [`profile`], and a scenario or rig file that does not load.
+pub fn on_twin(
+    run: &Run,
+    plan: &Plan,
+    seed: u64,
+    rig: bool,
+    progress: impl FnMut(&Acquired),
+) -> anyhow::Result<Profiled> {
+    let loaded = railtrace_twin::scenario::load_with(run.scenario.as_deref(), run.rig.as_deref())?;
+    let twin = railtrace_twin::Twin::start(&loaded).context("the twin did not start")?;
+    let gpu = crate::gpu::twin::TwinGpu::new(&twin);
+    let run = Run {
+        rig_rise_s: Some(loaded.rig.rise_s()),
+        ..run.clone()
+    };
+    let result = profile(
+        &run,
+        plan,
+        rig.then(|| twin.path()),
+        &mut gpu.runner(seed),
+        &mut gpu.logger(),
+        &mut crate::gpu::twin::TwinTrigger::new(&twin, plan.trigger_line),
+        progress,
+    );
+    twin.stop().context("the twin failed")?;
+    result
+}
+
 /// A profiling run's outcome.
 #[derive(Debug, Clone)]
 pub struct Profiled {

@@ -1,5 +1,6 @@
 """railtrace from Python, no hardware: the digital twin's rig captured for two seconds,
-an energy window over one of them, and the recording read back as a table.
+an energy window over one of them, the recording read back as a table; then a profiling
+run on the twin, its GPU logger calibrated against the rig and its profile corrected.
 
     pip install ./python
     python3 python/examples/quickstart.py
@@ -7,6 +8,8 @@ an energy window over one of them, and the recording read back as a table.
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 import railtrace
 
@@ -29,3 +32,16 @@ print(f"{out}: {samples.num_rows} samples, {len(rec.gaps)} gaps, {rec.energy_j:.
 for rail in rec.rails + ["total"]:
     w = samples.column(f"{rail}_w").to_numpy()
     print(f"  {rail:<11} mean {w.mean():7.1f} W   min {w.min():7.1f} W   max {w.max():7.1f} W")
+
+# The analysis: a profiling run on the twin (a kernel 400 times beside its GPU's own 1 ms
+# logger, the rig capturing), the logger calibrated against the rig, the logger's
+# stitched profile corrected.
+profile = out.with_name("profile.arrow")
+done = railtrace.profile_twin(profile, runs=400)
+print(f"profiled: {done['acquired']['executions']} executions, {done['acquired']['logger_readings']} logger readings")
+model = railtrace.calibrate(profile)
+print(f"calibrated logger: {model}")
+c = railtrace.correct(profile, model)
+print(f"corrected: energy per execution {c.energy_j * 1e3:.3f} mJ "
+      f"({c.energy_lo_j * 1e3:.3f}-{c.energy_hi_j * 1e3:.3f}), the rig's {c.rig_energy_j * 1e3:.3f} mJ; "
+      f"peak {np.nanmax(c.corrected_w):.0f} W where the logger's stitched profile peaks at {np.nanmax(c.logger_w):.0f} W")

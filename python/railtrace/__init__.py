@@ -4,7 +4,11 @@
 - :class:`Rig` captures a rig (or the digital twin's) in the background, reads its
   samples as NumPy arrays, and measures the energy over windows of code, as Zeus does
   for a GPU;
-- :func:`twin` starts the digital twin of a bench and gives its rig's port.
+- :func:`twin` starts the digital twin of a bench and gives its rig's port;
+- the analysis: :func:`profile_twin` (a profiling run on the twin), :func:`calibrate`
+  (a GPU logger identified against the rig: a :class:`LoggerModel`),
+  :meth:`LoggerModel.through` (what that logger would read of a power series) and
+  :func:`correct` (a stitched logger profile with the logger's response undone).
 
 Everything is done by the railtrace library itself (Rust), not by its command line;
 errors are :class:`Error` with the command line's one-line message.
@@ -12,6 +16,7 @@ errors are :class:`Error` with the command line's one-line message.
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import tempfile
@@ -25,7 +30,8 @@ import pyarrow.ipc
 from . import _railtrace
 from ._railtrace import Error
 
-__all__ = ["Error", "Recording", "open", "Rig", "Window", "Twin", "twin"]
+__all__ = ["Error", "Recording", "open", "Rig", "Window", "Twin", "twin", "profile_twin",
+           "LoggerModel", "calibrate", "Correction", "correct"]
 
 
 class Recording:
@@ -218,3 +224,117 @@ class Twin:
 def twin(scenario: str | os.PathLike | None = None, rig: str | os.PathLike | None = None) -> Twin:
     """Starts the digital twin (the built-in MI300X-like bench unless ``scenario``)."""
     return Twin(scenario, rig)
+
+
+def profile_twin(output: str | os.PathLike, runs: int = 300, kernel: str = "gemm",
+                 delay_ms: tuple[float, float] = (1.0, 3.0), count: int = 1, seed: int = 1,
+                 scenario: str | os.PathLike | None = None, rig: str | os.PathLike | None = None,
+                 bin_us: float = 10.0, rate: Optional[int] = None, with_rig: bool = True,
+                 force: bool = False) -> dict:
+    """A profiling run on the digital twin (``railtrace profile``): ``runs`` trains of
+    ``count`` executions of ``kernel`` after random delays, the GPU's side into
+    ``output`` and the rig's capture beside it (``<name>.rig.arrow``). What it recorded."""
+    return json.loads(_railtrace.profile_twin(
+        os.fspath(output), runs, kernel, tuple(delay_ms), count, seed,
+        os.fspath(scenario) if scenario else None, os.fspath(rig) if rig else None,
+        bin_us, rate, with_rig, force))
+
+
+class LoggerModel:
+    """A GPU power logger's identified model (the file ``railtrace calibrate logger``
+    writes): its family (``box``, ``partial``, ``exponential``, ``response``), update
+    period, window or time constant, delay, gain and offset, each with its standard
+    error, every family's fit, and the doubts that keep it from calibrating the logger."""
+
+    def __init__(self, text: str, name: str = "the model"):
+        self.text = text
+        #: Every field of the model file.
+        self.fields: dict = json.loads(_railtrace.model_json(name, text))
+
+    @classmethod
+    def read(cls, path: str | os.PathLike) -> "LoggerModel":
+        """Reads a model file."""
+        with builtins.open(path) as f:
+            return cls(f.read(), os.fspath(path))
+
+    def write(self, path: str | os.PathLike) -> None:
+        """Writes the model file (TOML)."""
+        with builtins.open(path, "w") as f:
+            f.write(self.text)
+
+    def __getattr__(self, name: str) -> Any:
+        fields = self.__dict__.get("fields", {})
+        if name in fields:
+            return fields[name]
+        if name == "doubts":
+            return []
+        raise AttributeError(name)
+
+    @property
+    def identified(self) -> bool:
+        """True when nothing casts doubt on it (``doubts`` is empty)."""
+        return not self.fields.get("doubts")
+
+    def through(self, power_w: np.ndarray, dt_s: float, idle_w: Optional[float] = None) -> np.ndarray:
+        """What this logger would read of ``power_w`` (W, constant over each step of
+        ``dt_s``, at ``idle_w`` before it, the first value when not given), averaged over
+        each step: ``gain·(h ∗ P)(t − delay) + offset``."""
+        p = np.ascontiguousarray(power_w, dtype="<f8")
+        idle = float(p[0]) if idle_w is None and len(p) else float(idle_w or 0.0)
+        return np.frombuffer(_railtrace.model_through(self.text, p.tobytes(), float(dt_s), idle), dtype="<f8")
+
+    def __repr__(self) -> str:
+        f = self.fields
+        return (f"<railtrace.LoggerModel {f['family']}: period {f['period_s'] * 1e3:.3f} ms, delay "
+                f"{f['delay_s'] * 1e3:.3f} ms, gain {f['gain']:.4f}, offset {f['offset_w']:.2f} W"
+                f"{'' if self.identified else ', NOT IDENTIFIED'}>")
+
+
+def calibrate(input: str | os.PathLike, rig: str | os.PathLike | None = None,
+              period_ms: Optional[float] = None, column: str = "power.draw",
+              family: Optional[str] = None) -> LoggerModel:
+    """Identifies a GPU's power logger (``railtrace calibrate logger``) from a profiling
+    run with its rig's capture (``rig``: ``<input>.rig.arrow`` when not given), or from a
+    recording holding reference samples and logger readings (``railtrace import pmd``).
+    The family BIC chooses, unless ``family`` names one."""
+    text, _json, seconds, samples = _railtrace.calibrate(
+        os.fspath(input), os.fspath(rig) if rig else None, period_ms, column, family)
+    m = LoggerModel(text, os.fspath(input))
+    m.seconds = seconds
+    m.reference_samples = samples
+    return m
+
+
+@dataclass
+class Correction:
+    """A stitched logger profile corrected: per cell ``t_s`` (its centre, s on the
+    kernel's time axis), the raw stitched ``logger_w``, the ``corrected_w`` power with its
+    band ``lo_w``-``hi_w``, and the rig's own profile ``rig_w``; and the figures (energy per
+    execution with its band, the idle level, the regulariser)."""
+
+    table: pa.Table
+    figures: dict
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("t_s", "logger_w", "corrected_w", "lo_w", "hi_w", "rig_w"):
+            return self.table.column(name).to_numpy()
+        if name in self.__dict__.get("figures", {}):
+            return self.figures[name]
+        raise AttributeError(name)
+
+
+def correct(profile: str | os.PathLike, logger: "str | os.PathLike | LoggerModel",
+            rig: str | os.PathLike | None = None, bin_us: float = 10.0) -> Correction:
+    """Undoes the logger's response in a profiling run's stitched logger profile
+    (``railtrace correct``), with the model ``logger`` (a file or a :class:`LoggerModel`)."""
+    if isinstance(logger, LoggerModel):
+        fd, path = tempfile.mkstemp(prefix="railtrace-logger-", suffix=".toml")
+        os.close(fd)
+        try:
+            logger.write(path)
+            return correct(profile, path, rig, bin_us)
+        finally:
+            os.remove(path)
+    data, figures = _railtrace.correct(os.fspath(profile), os.fspath(logger),
+                                       os.fspath(rig) if rig else None, float(bin_us))
+    return Correction(pa.ipc.open_stream(data).read_all(), json.loads(figures))

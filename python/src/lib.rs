@@ -12,6 +12,7 @@ use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use railtrace::capture::{Config, RigFile};
+use railtrace::logger_model::LoggerModel;
 use railtrace::recording::{self, Kind, Rows, Source};
 
 create_exception!(
@@ -239,8 +240,183 @@ impl Meter {
     }
 }
 
+/// A profiling run on the digital twin into `output` (its rig's capture beside it as
+/// `<name>.rig.arrow`): what it recorded, as JSON.
+#[pyfunction]
+#[pyo3(signature = (output, runs=300, kernel="gemm".to_string(), delay_ms=(1.0, 3.0), count=1, seed=1, scenario=None, rig=None, bin_us=10.0, rate=None, with_rig=true, force=false))]
+#[allow(clippy::too_many_arguments)] // Python's keyword arguments
+fn profile_twin(
+    py: Python<'_>,
+    output: PathBuf,
+    runs: usize,
+    kernel: String,
+    delay_ms: (f64, f64),
+    count: u32,
+    seed: u64,
+    scenario: Option<PathBuf>,
+    rig: Option<PathBuf>,
+    bin_us: f64,
+    rate: Option<u32>,
+    with_rig: bool,
+    force: bool,
+) -> PyResult<String> {
+    use railtrace::profile::{on_twin, rig_path, Plan, Run};
+    let (lo, hi) = delay_ms;
+    if !(lo >= 0.0 && hi >= lo) {
+        return Err(Error::new_err(format!(
+            "delay_ms ({lo}, {hi}): need 0 <= min <= max"
+        )));
+    }
+    for out in [output.clone(), rig_path(&output)] {
+        recording::check_output(&out, force).map_err(err)?;
+    }
+    let plan = Plan {
+        launch: railtrace::gpu::Launch {
+            kernel,
+            delay_s: (lo * 1e-3, hi * 1e-3),
+            warmup: 0,
+            count,
+            dvfs: None,
+        },
+        runs,
+        clock_reads: 5,
+        trigger_line: 0,
+        target: None,
+        preheat_s: 0.0,
+    };
+    let run = Run {
+        output,
+        rate_hz: rate,
+        bin_s: bin_us * 1e-6,
+        scenario,
+        rig,
+        rig_rise_s: None,
+        target_error: None,
+    };
+    let p = py
+        .detach(|| on_twin(&run, &plan, seed, with_rig, |_| {}))
+        .map_err(anyhow_err)?;
+    Ok(serde_json::json!({
+        "acquired": p.acquired,
+        "rig": p.rig.map(|r| serde_json::json!({
+            "output": r.output, "rows": r.rows, "progress": r.progress,
+        })),
+    })
+    .to_string())
+}
+
+/// Identifies the logger of `input` (a profiling run with its rig's capture, or a
+/// recording holding reference samples and logger readings): the model as TOML and as
+/// JSON, the seconds it took and the reference samples used.
+#[pyfunction]
+#[pyo3(signature = (input, rig=None, period_ms=None, column="power.draw".to_string(), family=None))]
+fn calibrate(
+    py: Python<'_>,
+    input: PathBuf,
+    rig: Option<PathBuf>,
+    period_ms: Option<f64>,
+    column: String,
+    family: Option<String>,
+) -> PyResult<(String, String, f64, usize)> {
+    use railtrace::calibrate::{Family, Request};
+    let column = column.parse().map_err(err)?;
+    let family = family
+        .map(|f| {
+            Family::ALL
+                .into_iter()
+                .find(|x| x.name() == f)
+                .ok_or_else(|| {
+                    let names: Vec<&str> = Family::ALL.iter().map(|f| f.name()).collect();
+                    err(format!(
+                        "{f:?} is not a logger family; one of {}",
+                        names.join(", ")
+                    ))
+                })
+        })
+        .transpose()?;
+    let req = Request {
+        period_ms,
+        column,
+        family,
+    };
+    let c = py
+        .detach(|| railtrace::calibrate::calibrate(&input, rig, req, |_| {}))
+        .map_err(anyhow_err)?;
+    let toml = c.model.to_toml().map_err(anyhow_err)?;
+    let json = serde_json::to_string(&c.model).map_err(err)?;
+    Ok((toml, json, c.seconds, c.reference_samples))
+}
+
+/// A model file's text (read from `path`, or given) as JSON.
+#[pyfunction]
+fn model_json(path: PathBuf, text: Option<String>) -> PyResult<String> {
+    let m = match text {
+        Some(t) => LoggerModel::parse(&path, &t),
+        None => LoggerModel::read(&path),
+    }
+    .map_err(anyhow_err)?;
+    serde_json::to_string(&m).map_err(err)
+}
+
+/// What the logger of model `text` would read of power `power_w` (float64 bytes) on a
+/// grid `dt_s` wide, from `idle_w` before it: float64 bytes.
+#[pyfunction]
+fn model_through<'py>(
+    py: Python<'py>,
+    text: String,
+    power_w: &[u8],
+    dt_s: f64,
+    idle_w: f64,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let m = LoggerModel::parse(std::path::Path::new("the model"), &text).map_err(anyhow_err)?;
+    let p: Vec<f64> = power_w
+        .chunks_exact(8)
+        .map(|b| f64::from_le_bytes(b.try_into().unwrap_or_default()))
+        .collect();
+    if !(dt_s > 0.0 && dt_s.is_finite()) {
+        return Err(Error::new_err(format!(
+            "dt_s {dt_s}: must be a time step > 0"
+        )));
+    }
+    let r = m.through(&p, dt_s, idle_w).map_err(anyhow_err)?;
+    let bytes: Vec<u8> = r.iter().flat_map(|v| v.to_le_bytes()).collect();
+    Ok(PyBytes::new(py, &bytes))
+}
+
+/// The stitched logger profile of the profiling run `profile` corrected with the model at
+/// `logger`: the corrected profile as an Arrow IPC stream, and its figures as JSON.
+#[pyfunction]
+#[pyo3(signature = (profile, logger, rig=None, bin_us=10.0))]
+fn correct<'py>(
+    py: Python<'py>,
+    profile: PathBuf,
+    logger: PathBuf,
+    rig: Option<PathBuf>,
+    bin_us: f64,
+) -> PyResult<(Bound<'py, PyBytes>, String)> {
+    let model = LoggerModel::read(&logger).map_err(anyhow_err)?;
+    let rig = rig.unwrap_or_else(|| railtrace::profile::rig_path(&profile));
+    let (bytes, figures) = py
+        .detach(|| -> anyhow::Result<(Vec<u8>, String)> {
+            let c = railtrace::correct::correct(&profile, &rig, &model, &logger, bin_us * 1e-6)?;
+            let figures = railtrace::correct::figures(&c, &model, &logger);
+            let batch = railtrace::correct::table(&c, &figures)?;
+            let mut w = arrow_ipc::writer::StreamWriter::try_new(Vec::new(), &batch.schema())?;
+            w.write(&batch)?;
+            w.finish()?;
+            Ok((w.into_inner()?, figures.to_string()))
+        })
+        .map_err(anyhow_err)?;
+    Ok((PyBytes::new(py, &bytes), figures))
+}
+
 #[pymodule]
 fn _railtrace(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(profile_twin, m)?)?;
+    m.add_function(wrap_pyfunction!(calibrate, m)?)?;
+    m.add_function(wrap_pyfunction!(model_json, m)?)?;
+    m.add_function(wrap_pyfunction!(model_through, m)?)?;
+    m.add_function(wrap_pyfunction!(correct, m)?)?;
     m.add("Error", m.py().get_type::<Error>())?;
     m.add_function(wrap_pyfunction!(recording_ipc, m)?)?;
     m.add_function(wrap_pyfunction!(inspect_json, m)?)?;

@@ -2,11 +2,9 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
 use railtrace::analysis::Options;
-use railtrace::gpu::twin::{TwinGpu, TwinTrigger};
 use railtrace::gpu::{GpuRunner, Launch, PowerLogger};
-pub use railtrace::profile::{rig_path, with_rig, Plan, Profiled, Run, Target};
+pub use railtrace::profile::{rig_path, with_rig, Acquired, Plan, Profiled, Run, Target};
 use railtrace::trigger::TriggerOut;
 
 /// Runs a kernel many times with random delays, recording the GPU's executions, its
@@ -161,23 +159,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     "--logger {l}: the twin's GPU has its own logger, the one its scenario's [logger] describes; --logger names a real GPU's"
                 );
             }
-            let loaded =
-                railtrace_twin::scenario::load_with(args.scenario.as_deref(), args.rig.as_deref())?;
-            let twin = railtrace_twin::Twin::start(&loaded).context("the twin did not start")?;
-            let gpu = TwinGpu::new(&twin);
-            let result = profile(
-                &Run {
-                    rig_rise_s: Some(loaded.rig.rise_s()),
-                    ..run_of(&args)
-                },
-                &plan,
-                (!args.no_rig).then(|| twin.path()),
-                &mut gpu.runner(args.seed),
-                &mut gpu.logger(),
-                &mut TwinTrigger::new(&twin, args.trigger_line),
-            );
-            twin.stop().context("the twin failed")?;
-            result
+            let run = run_of(&args);
+            profile_with(&run, &plan, |progress| {
+                railtrace::profile::on_twin(&run, &plan, args.seed, !args.no_rig, progress)
+            })
         }
         #[cfg(feature = "rocm")]
         "rocm" => real_gpu(
@@ -307,6 +292,18 @@ pub fn profile(
     logger: &mut dyn PowerLogger,
     trigger: &mut dyn TriggerOut,
 ) -> anyhow::Result<()> {
+    profile_with(args, plan, |progress| {
+        railtrace::profile::profile(args, plan, port, runner, logger, trigger, progress)
+    })
+}
+
+/// Runs `go` (a profiling run told of each train) with a progress bar, and prints its
+/// summary line.
+fn profile_with(
+    args: &Run,
+    plan: &Plan,
+    go: impl FnOnce(&mut dyn FnMut(&Acquired)) -> anyhow::Result<Profiled>,
+) -> anyhow::Result<()> {
     if plan.preheat_s > 0.0 {
         eprintln!(
             "railtrace profile: preheating: {} back to back for {} s",
@@ -314,7 +311,7 @@ pub fn profile(
         );
     }
     let bar = indicatif::ProgressBar::new(plan.runs as u64);
-    let profiled = railtrace::profile::profile(args, plan, port, runner, logger, trigger, |n| {
+    let profiled = go(&mut |n: &Acquired| {
         bar.set_position(n.runs as u64);
         if let Some(p) = n.planned_runs {
             bar.set_message(format!("the planner estimates {p} runs for the target"));
