@@ -1,8 +1,9 @@
-//! A profiling run recorded on a real NVIDIA H200 (driver 580.159.04, CUDA 13.0, on
-//! 2026-12-04): `railtrace profile --gpu cuda --logger nvml --kernel two_phase --runs 1000`,
-//! without a rig. Analysed again here, it must read as it did there: one behaviour of the
-//! kernel, the GPU's clock tied to the host's within a microsecond, NVML's buffer read
-//! every 20 ms, and its energy counter agreeing with its power samples.
+//! Profiling runs recorded on a real NVIDIA H200 (driver 580.159.04, CUDA 13.0, on
+//! 2026-12-04), without a rig: `railtrace profile --gpu cuda --logger nvml --kernel
+//! two_phase --runs 1000`, and `--kernel compute --runs 300`. Analysed again here, they
+//! must read as they did there: one behaviour of each kernel, the GPU's clock tied to the
+//! host's within a microsecond, NVML's buffer read every 20 ms, and its energy counter
+//! agreeing with its power samples.
 
 mod common;
 
@@ -11,7 +12,13 @@ use std::path::PathBuf;
 use common::{railtrace, TempDir};
 
 fn recording() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/h200-two-phase.arrow")
+    data("h200-two-phase.arrow")
+}
+
+fn data(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
 }
 
 fn json(args: &[&str]) -> serde_json::Value {
@@ -65,4 +72,16 @@ fn the_h200_loggers_buffer_and_energy_counter_agree() {
     // 3.66 s between them: 2.7 %, hence 3 % (measured there: 1.0 %).
     let mean_w = counter["mean_w"].as_f64().unwrap();
     assert!((mean_w / 147.36 - 1.0).abs() < 0.03, "{mean_w}");
+}
+
+/// The compute kernel alone runs in 111.2-111.7 µs there, stamped in 32 ns steps: a few
+/// exact values with no spread of their own, which once split it into five clusters
+/// (97 of 300 kept). One cluster holding all of them.
+#[test]
+fn the_h200_compute_kernel_on_its_coarse_clock_is_one_cluster() {
+    let path = data("h200-compute.arrow");
+    let a = json(&["report", path.to_str().unwrap(), "--json"]);
+    let clusters = a["clusters"].as_array().unwrap();
+    assert_eq!(clusters.len(), 1, "{clusters:?}");
+    assert_eq!(clusters[0][2], 300);
 }
