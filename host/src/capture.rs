@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use railtrace_protocol::{Message, ResultCode, SampleBlock, Status, TriggerEdge};
-use railtrace_twin::rig::{Measures, RigDescription};
+use railtrace_rig::{Measures, RigDescription};
 use ringbuf::traits::{Consumer, Producer, Split};
 use ringbuf::HeapRb;
 

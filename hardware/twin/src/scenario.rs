@@ -37,9 +37,7 @@ pub const LINK_BYTES_PER_S: RangeInclusive<f64> = 100.0..=1e9;
 /// 1 s. Its input capacitance against the rails' impedance settles in microseconds.
 pub const MAX_INPUT_TAU_S: f64 = 1.0;
 
-/// A sensor's real bandwidth, Hz: 1 Hz to 1 GHz. The current sensors and dividers of a
-/// bench have kHz to MHz.
-pub const SENSOR_BANDWIDTH_HZ: RangeInclusive<f64> = 1.0..=1e9;
+pub use railtrace_rig::SENSOR_BANDWIDTH_HZ;
 
 /// The largest drift of the MCU clock's frequency error, ppm/s: 1. A crystal's frequency
 /// moves well under 1 ppm per °C, and a board warms well under 1 °C a second. (The model's

@@ -91,7 +91,7 @@ impl Resolution {
     /// Samples a bin needs for its mean (the noise falls as 1/√n).
     const SAMPLES: f64 = 30.0;
 
-    fn of(rig: &railtrace_twin::rig::RigDescription, rate_hz: u32, runs: usize) -> Resolution {
+    fn of(rig: &railtrace_rig::RigDescription, rate_hz: u32, runs: usize) -> Resolution {
         let rise_s = rig.rise_s();
         let per_s = f64::from(rate_hz) * runs as f64;
         let finest_s = (rise_s.max(Self::SAMPLES / per_s) * 1e6 - 1e-9).ceil() * 1e-6;
@@ -165,7 +165,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         loaded.scenario.description,
         out.display(),
         rig.name,
-        railtrace_twin::rig::summary(rig),
+        railtrace_rig::summary(rig),
         resolution.describe(),
         bin_s * 1e6
     );
@@ -409,7 +409,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let corrected_path = out.join("corrected.arrow");
     let figures = serde_json::json!({
         "scenario": loaded.scenario.description,
-        "rig": {"name": rig.name, "summary": railtrace_twin::rig::summary(rig)},
+        "rig": {"name": rig.name, "summary": railtrace_rig::summary(rig)},
         "rate_hz": rate,
         "resolution": resolution,
         "runs": args.runs,

@@ -76,7 +76,7 @@ fn serve(
         name,
         loaded.scenario.description,
         loaded.rig.name,
-        railtrace_twin::rig::summary(&loaded.rig),
+        railtrace_rig::summary(&loaded.rig),
         twin.path().display(),
         std::fs::read_link(twin.path())
             .map(|p| p.display().to_string())
