@@ -31,7 +31,9 @@ use axum::routing::get;
 use axum::Router;
 use tokio::sync::broadcast;
 
-use crate::capture::{Counters, Progress, Tap};
+use anyhow::Context;
+
+use crate::capture::{capture, Config, Counters, Progress, Tap};
 use crate::recording::{self, Event, Kind};
 use crate::{plot, stop};
 
@@ -614,6 +616,203 @@ impl Server {
 /// The stop flag of a `railtrace` command (Ctrl-C), for [`Server::run`].
 pub fn ctrl_c() -> anyhow::Result<&'static AtomicBool> {
     stop::install().map_err(anyhow::Error::msg)
+}
+
+/// What `railtrace view` shows live.
+#[derive(Debug, Clone)]
+pub struct LiveOptions {
+    /// The twin's scenario and rig files (`Some`: view the twin; the built-in default
+    /// scenario when its scenario is `None`).
+    pub twin: Option<(Option<PathBuf>, Option<PathBuf>)>,
+    /// A real rig's serial port (without the twin).
+    pub port: Option<PathBuf>,
+    /// A real rig's description file.
+    pub rig: Option<PathBuf>,
+    /// The sample rate, Hz; the device's highest when `None`.
+    pub rate_hz: Option<u32>,
+    /// The recording to write; a temporary one, removed at the end, when `None`.
+    pub output: Option<PathBuf>,
+    /// Replace `output` if it exists.
+    pub force: bool,
+    /// Where the page is served.
+    pub listen: SocketAddr,
+    /// Stop after this long, s.
+    pub seconds: Option<f64>,
+}
+
+/// Serves `file` for browsing until Ctrl-C (`ctrl_c`) or `seconds`; `announce` is told
+/// the address once the server listens.
+pub fn browse(
+    file: &std::path::Path,
+    listen: SocketAddr,
+    seconds: Option<f64>,
+    ctrl_c: &'static AtomicBool,
+    announce: impl FnOnce(SocketAddr, &str),
+) -> anyhow::Result<()> {
+    // A missing or foreign file is said here, not only on the page.
+    recording::open(file)?;
+    let server = Server::bind(listen, Source::File(file.to_path_buf()))?;
+    announce(
+        server.local_addr()?,
+        &format!("browsing {}", file.display()),
+    );
+    let done = Arc::new(AtomicBool::new(false));
+    stop_after(seconds, &done);
+    server.run(done, Some(ctrl_c))
+}
+
+/// Views a rig (or the twin's) live until Ctrl-C (`ctrl_c`), `seconds`, or the capture's
+/// end, recording as `railtrace capture` does; `announce` is told the address once the
+/// server listens. The capture's summary, and whether its recording was a temporary one
+/// (removed).
+pub fn live(
+    opts: &LiveOptions,
+    ctrl_c: &'static AtomicBool,
+    announce: impl FnOnce(SocketAddr, &str),
+) -> anyhow::Result<(crate::capture::Summary, bool)> {
+    let done = Arc::new(AtomicBool::new(false));
+    // Live: the twin's rig or a real one, captured as `railtrace capture` does.
+    let twin = match &opts.twin {
+        Some((scenario, rig)) => {
+            let loaded = railtrace_twin::scenario::load_with(scenario.as_deref(), rig.as_deref())?;
+            Some(
+                railtrace_twin::Twin::start_with(&loaded, None)
+                    .context("the twin did not start")?,
+            )
+        }
+        None => None,
+    };
+    let port = match (&twin, &opts.port) {
+        (Some(t), _) => t.path().to_path_buf(),
+        (None, Some(p)) => p.clone(),
+        (None, None) => anyhow::bail!("nothing to view: a port or the twin"),
+    };
+    let temporary = opts.output.is_none();
+    let output = opts.output.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("railtrace-view-{}.arrow", std::process::id()))
+    });
+    let live = Arc::new(Live::default());
+    let counters = Arc::new(Counters::default());
+    let config = Config {
+        port: port.clone(),
+        output: output.clone(),
+        rig: match (&twin, &opts.rig) {
+            (None, Some(r)) => Some(crate::capture::RigFile::read(r)?),
+            _ => None,
+        },
+        rate_hz: opts.rate_hz,
+        rate_at_least_hz: None,
+        channels: None,
+        averaging: 1,
+        duration: None,
+        reconnect_wait: Duration::from_secs(600),
+        replace: opts.force || temporary,
+        tap: Some(live.clone() as Arc<dyn Tap>),
+    };
+    let name = match &twin {
+        Some(_) => format!("the twin's rig on {}", port.display()),
+        None => port.display().to_string(),
+    };
+    let source = Source::Live {
+        live: live.clone(),
+        counters: counters.clone(),
+        name: name.clone(),
+        recording: opts.output.clone(),
+    };
+    let server = Server::bind(opts.listen, source)?;
+    let capturing = {
+        let (done, counters) = (done.clone(), counters.clone());
+        std::thread::spawn(move || {
+            let r = capture(&config, &done, &counters, |_| {});
+            done.store(true, Ordering::Relaxed);
+            r
+        })
+    };
+    // The stop flags: Ctrl-C and --seconds end the capture, which ends the server.
+    {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                if ctrl_c.load(Ordering::Relaxed) {
+                    done.store(true, Ordering::Relaxed);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+    }
+    stop_after(opts.seconds, &done);
+    announce(server.local_addr()?, &format!("viewing {name} live"));
+    // The twin's GPU driven beside the server; the twin stopped only once the capture has
+    // stopped its rig (so that its rig answers the capture's Stop).
+    let (served, driven) = std::thread::scope(|s| {
+        let gpu = twin.as_ref().map(|t| s.spawn(|| twin_gpu(t, &live, &done)));
+        let served = server.run(done.clone(), None);
+        done.store(true, Ordering::Relaxed);
+        (served, gpu.map(|g| g.join()))
+    });
+    let captured = capturing
+        .join()
+        .map_err(|_| anyhow::anyhow!("the capture panicked"))?;
+    if let Some(twin) = twin {
+        twin.stop().context("the twin failed")?;
+    }
+    if let Some(d) = driven {
+        d.map_err(|_| anyhow::anyhow!("the twin's GPU panicked"))?
+            .context("the twin's GPU failed")?;
+    }
+    let summary = captured.with_context(|| format!("capture from {name} stopped"));
+    if temporary {
+        let _ = std::fs::remove_file(&output);
+    }
+    let summary = summary?;
+    served?;
+    Ok((summary, temporary))
+}
+
+fn stop_after(seconds: Option<f64>, done: &Arc<AtomicBool>) {
+    if let Some(s) = seconds {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs_f64(s));
+            done.store(true, Ordering::Relaxed);
+        });
+    }
+}
+
+/// The twin driven as a bench's runner drives a GPU, for the page: a train of 10 of its
+/// first kernel every 10-30 ms, the trigger line 0 high from just before the launch to
+/// just after the train; its kernels' executions and its logger's readings go to the page
+/// on the recording's timeline. Until `done`.
+fn twin_gpu(twin: &railtrace_twin::Twin, live: &Live, done: &AtomicBool) -> anyhow::Result<()> {
+    let kernel = twin
+        .kernels()
+        .first()
+        .cloned()
+        .context("the twin's scenario has no kernel")?;
+    let mut draw = 0x9e37_79b9_7f4a_7c15u64;
+    while !done.load(Ordering::Relaxed) && twin.is_running() {
+        twin.trigger(0, true);
+        twin.launch(&kernel, 10, None)?;
+        std::thread::sleep(Duration::from_millis(3));
+        twin.trigger(0, false);
+        draw ^= draw << 13;
+        draw ^= draw >> 7;
+        draw ^= draw << 17;
+        std::thread::sleep(Duration::from_millis(7 + draw % 20));
+        let out = twin.take_outputs();
+        let Some(epoch) = live.epoch_ns() else {
+            continue;
+        };
+        let at = |t: f64| (twin.unix_ns(t) - epoch) as f64 * 1e-9;
+        let logger: Vec<(f64, f64)> = (out.logger.iter())
+            .map(|r| (at(r.true_time_s), r.power_w))
+            .collect();
+        let executions: Vec<(f64, f64)> = (out.executions.iter())
+            .map(|e| (at(e.start_s), at(e.end_s)))
+            .collect();
+        live.gpu(&logger, &executions);
+    }
+    Ok(())
 }
 
 #[cfg(test)]
