@@ -92,6 +92,27 @@ pub struct Config {
     pub tap: Option<Arc<dyn Tap>>,
 }
 
+impl Config {
+    /// Capture from `port` into `output` (refused if it exists), every channel at the
+    /// device's highest rate, no averaging, until stopped, waiting 10 s for a device that
+    /// goes away; change what differs with struct update syntax.
+    pub fn new(port: impl Into<PathBuf>, output: impl Into<PathBuf>) -> Config {
+        Config {
+            port: port.into(),
+            output: output.into(),
+            rig: None,
+            rate_hz: None,
+            rate_at_least_hz: None,
+            channels: None,
+            averaging: 1,
+            duration: None,
+            reconnect_wait: Duration::from_secs(10),
+            replace: false,
+            tap: None,
+        }
+    }
+}
+
 /// What a capture shows, as it writes it: for a live view, which sees exactly what the
 /// recording gets. Called on the writer's thread, so it must be quick.
 pub trait Tap: Send + std::marker::Sync + std::fmt::Debug {

@@ -382,17 +382,10 @@ pub fn with_rig<T>(
     run: impl FnOnce() -> anyhow::Result<T>,
 ) -> anyhow::Result<(T, Summary)> {
     let config = Config {
-        port: port.to_path_buf(),
-        output: rig_out.to_path_buf(),
-        rig: None,
         rate_hz,
         rate_at_least_hz,
-        channels: None,
-        averaging: 1,
-        duration: None,
-        reconnect_wait: Duration::from_secs(10),
         replace: true, // checked by the command before it starts
-        tap: None,
+        ..Config::new(port, rig_out)
     };
     let stop = Arc::new(AtomicBool::new(false));
     let counters = Arc::new(Counters::default());

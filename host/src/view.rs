@@ -161,23 +161,17 @@ impl Live {
     /// The GPU's side, from elsewhere than the rig (the twin's GPU): its logger's readings
     /// `(s, W)` and its kernel executions `(start s, end s)`, on the recording's timeline.
     pub fn gpu(&self, logger: &[(f64, f64)], executions: &[(f64, f64)]) {
-        let mut s = self.lock();
-        for &(t, w) in logger {
-            let mut row = String::from("[");
-            num(&mut row, t, T);
-            row.push(',');
-            num(&mut row, w, W);
-            row.push(']');
-            s.pending.logger.push(row);
-        }
-        for &(a, b) in executions {
+        let pair = |a: f64, b: f64, per_b: f64| {
             let mut row = String::from("[");
             num(&mut row, a, T);
             row.push(',');
-            num(&mut row, b, T);
+            num(&mut row, b, per_b);
             row.push(']');
-            s.pending.executions.push(row);
-        }
+            row
+        };
+        let mut s = self.lock();
+        (s.pending.logger).extend(logger.iter().map(|&(t, w)| pair(t, w, W)));
+        (s.pending.executions).extend(executions.iter().map(|&(a, b)| pair(a, b, T)));
     }
 
     /// What came in since the last call, as the page's `data` message (`None` if
@@ -694,20 +688,15 @@ pub fn live(
     let live = Arc::new(Live::default());
     let counters = Arc::new(Counters::default());
     let config = Config {
-        port: port.clone(),
-        output: output.clone(),
         rig: match (&twin, &opts.rig) {
             (None, Some(r)) => Some(crate::capture::RigFile::read(r)?),
             _ => None,
         },
         rate_hz: opts.rate_hz,
-        rate_at_least_hz: None,
-        channels: None,
-        averaging: 1,
-        duration: None,
         reconnect_wait: Duration::from_secs(600),
         replace: opts.force || temporary,
         tap: Some(live.clone() as Arc<dyn Tap>),
+        ..Config::new(port.clone(), output.clone())
     };
     let name = match &twin {
         Some(_) => format!("the twin's rig on {}", port.display()),

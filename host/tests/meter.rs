@@ -17,17 +17,8 @@ fn a_windows_energy_is_the_recordings_integral_over_it() {
     let twin = railtrace_twin::Twin::start(&railtrace_twin::scenario::default_scenario()).unwrap();
     let out = dir.join("run.arrow");
     let config = Config {
-        port: twin.path().to_path_buf(),
-        output: out.clone(),
-        rig: None,
         rate_hz: Some(100_000),
-        rate_at_least_hz: None,
-        channels: None,
-        averaging: 1,
-        duration: None,
-        reconnect_wait: Duration::from_secs(5),
-        replace: false,
-        tap: None,
+        ..Config::new(twin.path(), &out)
     };
     let mut meter = Meter::start(config, Duration::from_secs(10)).unwrap();
     assert_eq!(meter.rails().len(), 4);

@@ -175,17 +175,11 @@ impl Meter {
             .transpose()
             .map_err(anyhow_err)?;
         let config = Config {
-            port,
-            output,
             rig,
             rate_hz: rate,
-            rate_at_least_hz: None,
-            channels: None,
-            averaging: 1,
-            duration: None,
             reconnect_wait: Duration::from_secs(60),
             replace: force,
-            tap: None,
+            ..Config::new(port, output)
         };
         let meter = py
             .detach(|| railtrace::meter::Meter::start(config, Duration::from_secs_f64(wait_s)))
