@@ -34,6 +34,7 @@ use tokio::sync::broadcast;
 use anyhow::Context;
 
 use crate::capture::{capture, Config, Counters, Progress, Tap};
+use crate::gpu::{PowerLogger, Stamp};
 use crate::recording::{self, Event, Kind};
 use crate::{plot, stop};
 
@@ -661,6 +662,7 @@ pub fn browse(
 /// (removed).
 pub fn live(
     opts: &LiveOptions,
+    logger: Option<Box<dyn PowerLogger + Send>>,
     ctrl_c: &'static AtomicBool,
     announce: impl FnOnce(SocketAddr, &str),
 ) -> anyhow::Result<(crate::capture::Summary, bool)> {
@@ -733,12 +735,18 @@ pub fn live(
     announce(server.local_addr()?, &format!("viewing {name} live"));
     // The twin's GPU driven beside the server; the twin stopped only once the capture has
     // stopped its rig (so that its rig answers the capture's Stop).
-    let (served, driven) = std::thread::scope(|s| {
+    // A real GPU's logger, polled beside them.
+    let (served, driven, polled) = std::thread::scope(|s| {
         let gpu = twin.as_ref().map(|t| s.spawn(|| twin_gpu(t, &live, &done)));
+        let (live, done) = (&live, &done);
+        let polling = logger.map(|mut l| s.spawn(move || poll_logger(l.as_mut(), live, done)));
         let served = server.run(done.clone(), None);
         done.store(true, Ordering::Relaxed);
-        (served, gpu.map(|g| g.join()))
+        (served, gpu.map(|g| g.join()), polling.map(|p| p.join()))
     });
+    if let Some(p) = polled {
+        p.map_err(|_| anyhow::anyhow!("the GPU logger panicked"))??;
+    }
     let captured = capturing
         .join()
         .map_err(|_| anyhow::anyhow!("the capture panicked"))?;
@@ -766,6 +774,30 @@ fn stop_after(seconds: Option<f64>, done: &Arc<AtomicBool>) {
             done.store(true, Ordering::Relaxed);
         });
     }
+}
+
+/// A GPU's own logger polled for the page every 10 ms until `done`: each reading drawn
+/// at the host time it was taken where the logger stamps it so, else when the host read it.
+fn poll_logger(logger: &mut dyn PowerLogger, live: &Live, done: &AtomicBool) -> anyhow::Result<()> {
+    while !done.load(Ordering::Relaxed) {
+        let readings = logger
+            .poll()
+            .with_context(|| format!("the GPU's logger ({})", logger.describe()))?;
+        if let Some(epoch) = live.epoch_ns() {
+            let points: Vec<(f64, f64)> = (readings.iter())
+                .map(|r| {
+                    let ns = match r.stamp {
+                        Stamp::HostNs(ns) => ns,
+                        _ => r.host_ns,
+                    };
+                    ((ns - epoch) as f64 * 1e-9, r.power_w)
+                })
+                .collect();
+            live.gpu(&points, &[]);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(())
 }
 
 /// The twin driven as a bench's runner drives a GPU, for the page: a train of 10 of its
@@ -807,6 +839,7 @@ fn twin_gpu(twin: &railtrace_twin::Twin, live: &Live, done: &AtomicBool) -> anyh
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gpu::LoggerReading;
 
     fn peer(s: &str) -> SocketAddr {
         s.parse().unwrap()
@@ -832,6 +865,46 @@ mod tests {
             &peer("192.168.1.20:50000"),
             Some("bench:8050")
         ));
+    }
+
+    /// A logger that gives two readings, then stops the view.
+    #[derive(Debug)]
+    struct TwoReadings<'a>(&'a AtomicBool, u32);
+
+    impl PowerLogger for TwoReadings<'_> {
+        fn describe(&self) -> String {
+            "two readings".into()
+        }
+        fn poll(&mut self) -> Result<Vec<LoggerReading>, crate::gpu::GpuError> {
+            self.1 += 1;
+            if self.1 == 2 {
+                self.0.store(true, Ordering::Relaxed);
+            }
+            let at = |ns: i64, stamp: Stamp| LoggerReading {
+                stamp,
+                host_ns: ns,
+                power_w: 250.0,
+                instant_w: None,
+                temperature_c: None,
+                energy_j: None,
+                source: "hwmon",
+            };
+            Ok(match self.1 {
+                1 => vec![at(2_500_000_000, Stamp::HostNs(2_000_000_000))],
+                _ => vec![at(3_000_000_000, Stamp::Own { ticks: 7, hz: 1e6 })],
+            })
+        }
+    }
+
+    /// A real GPU's logger on the page: each reading at its host stamp, or when read.
+    #[test]
+    fn a_gpu_loggers_readings_reach_the_page_on_the_recordings_timeline() {
+        let live = Live::default();
+        live.start(1_000_000_000, &["a".into()]);
+        let done = AtomicBool::new(false);
+        poll_logger(&mut TwoReadings(&done, 0), &live, &done).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&live.drain().unwrap()).unwrap();
+        assert_eq!(v["logger"], serde_json::json!([[1, 250], [2, 250]]));
     }
 
     /// Samples land in 1 ms buckets with each series' least, most and mean, the total

@@ -222,22 +222,10 @@ fn real_gpu(args: &Args, plan: &Plan, runner: &mut dyn GpuRunner) -> anyhow::Res
 
 /// The GPU's logger named by `--logger`.
 #[cfg(any(feature = "rocm", feature = "cuda"))]
-fn open_logger(args: &Args) -> anyhow::Result<Box<dyn PowerLogger>> {
-    let root = std::path::Path::new("/");
+fn open_logger(args: &Args) -> anyhow::Result<Box<dyn PowerLogger + Send>> {
     let default = if args.gpu == "cuda" { "nvml" } else { "hwmon" };
-    Ok(match args.logger.as_deref().unwrap_or(default) {
-        #[cfg(feature = "nvml")]
-        "nvml" => Box::new(railtrace::gpu::nvml::NvmlLogger::open(
-            args.device.unwrap_or(0) as u32,
-        )?),
-        "hwmon" => Box::new(railtrace::gpu::hwmon::HwmonLogger::open(root, args.card)?),
-        "gpu-metrics" => Box::new(railtrace::gpu::gpu_metrics::GpuMetricsLogger::open(
-            root, args.card,
-        )?),
-        other => anyhow::bail!(
-            "--logger {other}: `hwmon` or `gpu-metrics` (AMD), `nvml` (NVIDIA; built with --features nvml)"
-        ),
-    })
+    let name = args.logger.as_deref().unwrap_or(default);
+    railtrace::gpu::open_logger(name, args.card, args.device.unwrap_or(0) as u32)
 }
 
 /// The trigger output named by `--trigger`: `serial:PATH:rts|dtr` or `gpio:CHIP:LINE`,

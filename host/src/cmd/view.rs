@@ -42,6 +42,14 @@ pub struct Args {
     /// serves whoever can reach it (with a warning).
     #[arg(long, default_value = "127.0.0.1:8050")]
     listen: SocketAddr,
+    /// A real GPU's own power logger to draw over the rails, with --port: `nvml` (NVIDIA;
+    /// built with --features nvml), `hwmon` or `gpu-metrics` (AMD).
+    #[arg(long)]
+    logger: Option<String>,
+    /// The GPU of --logger: NVML's index, or the DRM card (/sys/class/drm/cardN) of an AMD
+    /// logger (the first amdgpu when not given).
+    #[arg(long, requires = "logger")]
+    device: Option<u32>,
     /// Stop after this many seconds (Ctrl-C stops it otherwise).
     #[arg(value_parser = super::seconds, long)]
     seconds: Option<f64>,
@@ -54,6 +62,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "railtrace view: warning: serving {} to anyone who can reach it, with no password; the page can see the rig's data",
             args.listen
         );
+    }
+    if let (Some(l), None) = (&args.logger, &args.port) {
+        anyhow::bail!("--logger {l}: a real GPU's logger, drawn beside a rig on --port (the twin's is drawn already; a recording's are in it)");
     }
     if let Some(out) = &args.output {
         railtrace::recording::check_output(out, args.force)?;
@@ -72,7 +83,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         listen: args.listen,
         seconds: args.seconds,
     };
-    let (summary, temporary) = railtrace::view::live(&opts, ctrl_c, announce)?;
+    let logger = match &args.logger {
+        Some(name) => {
+            let d = args.device;
+            let card = d.map(|d| d as usize).filter(|_| name != "nvml");
+            Some(railtrace::gpu::open_logger(name, card, d.unwrap_or(0))?)
+        }
+        None => None,
+    };
+    let (summary, temporary) = railtrace::view::live(&opts, logger, ctrl_c, announce)?;
     let p = &summary.progress;
     eprintln!(
         "railtrace view: {} samples; frames lost {}, device drops {}, host drops {}, gaps {}{}",

@@ -239,6 +239,31 @@ pub trait PowerLogger {
     fn poll(&mut self) -> Result<Vec<LoggerReading>, GpuError>;
 }
 
+/// A real GPU's power logger by name: `hwmon` or `gpu-metrics` (AMD: the DRM `card`, the
+/// first amdgpu when `None`), `nvml` (NVIDIA GPU `device`; built with the `nvml`
+/// feature).
+///
+/// # Errors
+///
+/// A name this build does not know, or the logger's own error opening it.
+pub fn open_logger(
+    name: &str,
+    card: Option<usize>,
+    device: u32,
+) -> anyhow::Result<Box<dyn PowerLogger + Send>> {
+    let root = std::path::Path::new("/");
+    let _ = device; // used by NVML only
+    Ok(match name {
+        #[cfg(feature = "nvml")]
+        "nvml" => Box::new(nvml::NvmlLogger::open(device)?),
+        "hwmon" => Box::new(hwmon::HwmonLogger::open(root, card)?),
+        "gpu-metrics" => Box::new(gpu_metrics::GpuMetricsLogger::open(root, card)?),
+        other => anyhow::bail!(
+            "--logger {other}: `hwmon` or `gpu-metrics` (AMD), `nvml` (NVIDIA; built with --features nvml)"
+        ),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
