@@ -526,6 +526,7 @@ impl Shape {
 
     /// The exponential for a step of `dt` seconds (the last one's again if `dt` is the
     /// same within a part in 10⁹: conversions are one period apart).
+    #[inline]
     pub fn exp(&mut self, dt: f64) -> [[f64; AUG]; AUG] {
         match self.step {
             Some((len, e)) if (len - dt).abs() <= 1e-9 * dt => e,
@@ -551,12 +552,14 @@ pub struct Chain {
 
 impl Chain {
     /// Every filter at rest for a rail current of `current_a`.
+    #[inline]
     pub fn settle(&mut self, current_a: f64) {
         self.x = [current_a, current_a, current_a, 0.0];
     }
 
     /// Advances by the step whose exponential is `e`, with the rail drawing `target_a`
     /// (through the input filter) throughout.
+    #[inline]
     pub fn advance(&mut self, e: &[[f64; AUG]; AUG], target_a: f64, input_filter: bool) {
         if !input_filter {
             self.x[0] = target_a; // no input filter: the current follows at once
