@@ -1013,12 +1013,17 @@ pub fn replay(stream: &[u8], config: &Config) -> Result<(Progress, u64), Capture
     Ok((counters.progress(started.elapsed()), rows))
 }
 
+/// Writes an event row, and shows it to the tap.
+fn write_event(file: &mut Writer, tap: Option<&dyn Tap>, e: &Event) {
+    file.event(e);
+    if let Some(t) = tap {
+        t.event(e);
+    }
+}
+
 /// Writes a gap row and counts it.
 fn mark_gap(file: &mut Writer, counters: &Counters, tap: Option<&dyn Tap>, gap: Event) {
-    file.event(&gap);
-    if let Some(t) = tap {
-        t.event(&gap);
-    }
+    write_event(file, tap, &gap);
     counters.gaps.fetch_add(1, Ordering::Relaxed);
 }
 
@@ -1271,10 +1276,7 @@ impl<'a> Writing<'a> {
                     count: Some(u64::from(e.edge_count)),
                     label,
                 };
-                file.event(&edge);
-                if let Some(tap) = &self.config.tap {
-                    tap.event(&edge);
-                }
+                write_event(file, self.config.tap.as_deref(), &edge);
             }
             Record::Sync(s) => self.sync(&s),
             Record::Status(s) => {
@@ -1292,10 +1294,7 @@ impl<'a> Writing<'a> {
                     time_s: seg.time_s(s.uptime_ticks),
                     text: status_json(&s),
                 };
-                file.event(&status);
-                if let Some(tap) = &self.config.tap {
-                    tap.event(&status);
-                }
+                write_event(file, self.config.tap.as_deref(), &status);
             }
             Record::Log(text) => {
                 let t = self.host_s(now_ns());

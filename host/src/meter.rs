@@ -41,14 +41,6 @@ pub struct WindowEnergy {
     pub samples: u64,
 }
 
-#[derive(Debug)]
-struct Window {
-    start_s: f64,
-    end_s: f64,
-    energy_j: f64,
-    samples: u64,
-}
-
 #[derive(Debug, Default)]
 struct State {
     epoch_ns: Option<i64>,
@@ -59,7 +51,8 @@ struct State {
     times: VecDeque<f64>,
     watts: VecDeque<f32>,
     dropped: u64,
-    windows: Vec<Option<Window>>,
+    /// Open windows, summed as the samples arrive (`end_s` infinite until closed).
+    windows: Vec<Option<WindowEnergy>>,
 }
 
 /// The capture's side of a [`Meter`].
@@ -89,11 +82,7 @@ impl Tap for Gauge {
         let n = watts.len() / rails;
         for (i, row) in watts.chunks_exact(rails).enumerate() {
             let t = t_s + i as f64 * period_s;
-            let total: f64 = row
-                .iter()
-                .filter(|w| w.is_finite())
-                .map(|&w| f64::from(w))
-                .sum();
+            let total = f64::from(crate::recording::total_w(row.iter().copied()));
             for w in s.windows.iter_mut().flatten() {
                 if t >= w.start_s && t < w.end_s {
                     w.energy_j += total * period_s;
@@ -140,7 +129,6 @@ pub struct Meter {
     counters: Arc<Counters>,
     started: Instant,
     thread: Option<JoinHandle<Result<Summary, CaptureError>>>,
-    names: Vec<String>,
 }
 
 fn now_ns() -> i64 {
@@ -170,7 +158,6 @@ impl Meter {
             counters,
             started: Instant::now(),
             thread: Some(thread),
-            names: Vec::new(),
         };
         let deadline = Instant::now() + wait;
         loop {
@@ -224,13 +211,15 @@ impl Meter {
     pub fn open(&mut self, name: &str) -> usize {
         let start_s = self.now_s();
         let mut s = self.gauge.lock();
-        s.windows.push(Some(Window {
+        s.windows.push(Some(WindowEnergy {
+            name: name.to_string(),
             start_s,
             end_s: f64::INFINITY,
+            duration_s: f64::NAN,
             energy_j: 0.0,
+            mean_w: f64::NAN,
             samples: 0,
         }));
-        self.names.push(name.to_string());
         s.windows.len() - 1
     }
 
@@ -257,17 +246,10 @@ impl Meter {
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
-        let w = s.windows[id].take().ok_or(MeterError::NoWindow(id))?;
-        let duration_s = w.end_s - w.start_s;
-        Ok(WindowEnergy {
-            name: self.names[id].clone(),
-            start_s: w.start_s,
-            end_s: w.end_s,
-            duration_s,
-            energy_j: w.energy_j,
-            mean_w: w.energy_j / duration_s,
-            samples: w.samples,
-        })
+        let mut w = s.windows[id].take().ok_or(MeterError::NoWindow(id))?;
+        w.duration_s = w.end_s - w.start_s;
+        w.mean_w = w.energy_j / w.duration_s;
+        Ok(w)
     }
 
     fn join(&mut self) -> Result<Summary, MeterError> {

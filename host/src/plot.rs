@@ -186,6 +186,24 @@ pub struct Bin {
 }
 
 impl Bin {
+    /// No value yet.
+    pub const EMPTY: Bin = Bin {
+        min: f32::INFINITY,
+        max: f32::NEG_INFINITY,
+        sum: 0.0,
+        n: 0,
+    };
+
+    /// Adds a value; one not finite is left out.
+    pub fn add(&mut self, v: f32) {
+        if v.is_finite() {
+            self.min = self.min.min(v);
+            self.max = self.max.max(v);
+            self.sum += f64::from(v);
+            self.n += 1;
+        }
+    }
+
     /// The mean value.
     pub fn mean(&self) -> f64 {
         self.sum / self.n as f64
@@ -230,22 +248,7 @@ impl Envelope {
         if !v.is_finite() {
             return;
         }
-        match &mut self.bins[c] {
-            Some(b) => {
-                b.min = b.min.min(v);
-                b.max = b.max.max(v);
-                b.sum += f64::from(v);
-                b.n += 1;
-            }
-            empty => {
-                *empty = Some(Bin {
-                    min: v,
-                    max: v,
-                    sum: f64::from(v),
-                    n: 1,
-                })
-            }
-        }
+        self.bins[c].get_or_insert(Bin::EMPTY).add(v);
         self.touched = Some(self.touched.map_or((c, c), |(a, b)| (a.min(c), b.max(c))));
     }
 
@@ -446,6 +449,15 @@ pub fn render_overview(
 ) -> anyhow::Result<Option<Plotted>> {
     check(out, opts)?;
     let (from, to) = (opts.from.unwrap_or(f64::MIN), opts.to.unwrap_or(f64::MAX));
+    let columns = Layout::new(opts.width, opts.height).columns();
+    if !summaries_suffice(ov, from, to, columns) {
+        return Ok(None);
+    }
+    render(&ov.recording, out, opts).map(Some)
+}
+
+/// Whether an overview level holds at least two summaries a column in `[from, to]`.
+fn summaries_suffice(ov: &recording::Overview, from: f64, to: f64, columns: usize) -> bool {
     let mut summaries = 0usize;
     for rows in ov.recording.rows() {
         let time = rows.f64("time_s");
@@ -453,10 +465,7 @@ pub fn render_overview(
             .filter(|&i| rows.kind(i) == Kind::Summary && (from..=to).contains(&time.value(i)))
             .count();
     }
-    if summaries < 2 * Layout::new(opts.width, opts.height).columns() {
-        return Ok(None);
-    }
-    render(&ov.recording, out, opts).map(Some)
+    summaries >= 2 * columns
 }
 
 /// The span of `rec`'s samples, s (or why it has none to show).
@@ -481,13 +490,7 @@ pub fn window_json(
     let mut level = recording::overview(path)?;
     let mut data = None;
     while let Some(ov) = level {
-        let time_ok = |rows: &Rows<'_>, i: usize| {
-            rows.kind(i) == Kind::Summary && (t0..=t1).contains(&rows.f64("time_s").value(i))
-        };
-        let summaries: usize = (ov.recording.rows())
-            .map(|rows| (0..rows.len()).filter(|&i| time_ok(&rows, i)).count())
-            .sum();
-        if summaries >= 2 * columns {
+        if summaries_suffice(&ov, t0, t1, columns) {
             data = Some(collect(&ov.recording, t0, t1, columns)?);
             break;
         }

@@ -233,13 +233,16 @@ pub struct Derive {
     pub rails: Vec<(Option<usize>, Option<usize>)>,
 }
 
-/// A sample's total power from its rails' (volts, amperes): the sum of the rails' finite
-/// watts, in f32 in rail order, as every sample row's `total_w` is made.
+/// A sample's total power from its rails' (volts, amperes): see [`total_w`].
 fn total_of(rails: impl Iterator<Item = (f32, f32)>) -> f32 {
-    rails
-        .map(|(v, a)| v * a)
-        .filter(|w| w.is_finite())
-        .fold(0.0f32, |t, w| t + w)
+    total_w(rails.map(|(v, a)| v * a))
+}
+
+/// A sample's total power from its rails' watts: the sum of the finite ones, in f32 in
+/// rail order, as every sample row's `total_w` is made (and the live view and the meter
+/// take it).
+pub fn total_w(rails_w: impl Iterator<Item = f32>) -> f32 {
+    rails_w.filter(|w| w.is_finite()).fold(0.0f32, |t, w| t + w)
 }
 
 impl Derive {

@@ -24,8 +24,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{ConnectInfo, Query, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::extract::{ConnectInfo, Query, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -35,8 +36,9 @@ use anyhow::Context;
 
 use crate::capture::{capture, Config, Counters, Progress, Tap};
 use crate::gpu::{PowerLogger, Stamp};
+use crate::plot::{self, Bin};
 use crate::recording::{self, Event, Kind};
-use crate::{plot, stop};
+use crate::stop;
 
 /// The live buckets' width, s.
 pub const BUCKET_S: f64 = 1e-3;
@@ -48,33 +50,6 @@ const TICK_S: f64 = 0.1;
 /// The page and its script, embedded: the view needs nothing from the network.
 const PAGE: &str = include_str!("../assets/view/index.html");
 const SCRIPT: &str = include_str!("../assets/view/view.js");
-
-/// One series' bucket: the least, most and sum of its values.
-#[derive(Debug, Clone, Copy)]
-struct Acc {
-    min: f32,
-    max: f32,
-    sum: f64,
-    n: u32,
-}
-
-impl Acc {
-    const EMPTY: Acc = Acc {
-        min: f32::INFINITY,
-        max: f32::NEG_INFINITY,
-        sum: 0.0,
-        n: 0,
-    };
-
-    fn add(&mut self, v: f32) {
-        if v.is_finite() {
-            self.min = self.min.min(v);
-            self.max = self.max.max(v);
-            self.sum += f64::from(v);
-            self.n += 1;
-        }
-    }
-}
 
 /// What came in since the page was last sent it.
 #[derive(Debug, Default)]
@@ -103,7 +78,7 @@ struct LiveState {
     epoch_ns: Option<i64>,
     rails: Vec<String>,
     /// The open bucket: its index (`t / BUCKET_S`) and one accumulator per series.
-    open: Option<(i64, Vec<Acc>)>,
+    open: Option<(i64, Vec<Bin>)>,
     pending: Pending,
     /// Data messages sent, with their last bucket's time, for a page that opens later.
     history: VecDeque<(f64, Arc<String>)>,
@@ -133,13 +108,13 @@ fn num(out: &mut String, v: f64, per: f64) {
 
 impl LiveState {
     fn close(&mut self) {
-        let Some((b, accs)) = self.open.take() else {
+        let Some((b, bins)) = self.open.take() else {
             return;
         };
         let mut row = String::from("[");
         num(&mut row, (b as f64 + 0.5) * BUCKET_S, T);
-        for a in &accs {
-            for v in [f64::from(a.min), f64::from(a.max), a.sum / f64::from(a.n)] {
+        for a in &bins {
+            for v in [f64::from(a.min), f64::from(a.max), a.mean()] {
                 row.push(',');
                 num(&mut row, if a.n > 0 { v } else { f64::NAN }, W);
             }
@@ -229,17 +204,13 @@ impl Tap for Live {
             if s.open.as_ref().is_some_and(|(ob, _)| *ob != b) {
                 s.close();
             }
-            let (_, accs) = s
+            let (_, bins) = s
                 .open
-                .get_or_insert_with(|| (b, vec![Acc::EMPTY; rails + 1]));
-            let mut total = 0.0f32;
-            for (a, &w) in accs.iter_mut().zip(row) {
+                .get_or_insert_with(|| (b, vec![Bin::EMPTY; rails + 1]));
+            for (a, &w) in bins.iter_mut().zip(row) {
                 a.add(w);
-                if w.is_finite() {
-                    total += w;
-                }
             }
-            accs[rails].add(total);
+            bins[rails].add(recording::total_w(row.iter().copied()));
             s.last_t = t;
         }
     }
@@ -309,6 +280,9 @@ struct App {
     /// Peers and `Host` names other than loopback ones are let in (a `--listen`
     /// address that is not loopback was asked for).
     open: bool,
+    /// A recording's first message, read once when the server starts (a live capture's
+    /// is made for each page: its rails are known only once the capture has started).
+    file_hello: Option<String>,
     started: std::time::Instant,
 }
 
@@ -335,37 +309,29 @@ pub fn allowed(open: bool, peer: &SocketAddr, host: Option<&str>) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
-fn forbidden() -> Response {
-    (
-        StatusCode::FORBIDDEN,
-        "railtrace view serves this machine only (loopback); start it with --listen ADDRESS to serve others\n",
-    )
-        .into_response()
-}
-
-fn host(headers: &HeaderMap) -> Option<&str> {
-    headers.get(header::HOST).and_then(|h| h.to_str().ok())
-}
-
-async fn page(
+/// Refuses every request the server is not to serve ([`allowed`]), before any route.
+async fn guard(
     State(app): State<Arc<App>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    request: Request,
+    next: Next,
 ) -> Response {
-    if !allowed(app.open, &peer, host(&headers)) {
-        return forbidden();
+    let host = (request.headers().get(header::HOST)).and_then(|h| h.to_str().ok());
+    if !allowed(app.open, &peer, host) {
+        return (
+            StatusCode::FORBIDDEN,
+            "railtrace view serves this machine only (loopback); start it with --listen ADDRESS to serve others\n",
+        )
+            .into_response();
     }
+    next.run(request).await
+}
+
+async fn page() -> Response {
     ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], PAGE).into_response()
 }
 
-async fn script(
-    State(app): State<Arc<App>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-) -> Response {
-    if !allowed(app.open, &peer, host(&headers)) {
-        return forbidden();
-    }
+async fn script() -> Response {
     (
         [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
         SCRIPT,
@@ -373,9 +339,9 @@ async fn script(
         .into_response()
 }
 
-/// The first message a page gets: what it shows.
-fn hello(app: &App) -> String {
-    let v = match &app.source {
+/// The first message a page gets: what it shows (for a recording, read once, here).
+fn hello(source: &Source) -> String {
+    let v = match source {
         Source::Live {
             live,
             name,
@@ -447,21 +413,14 @@ fn status(app: &App, previous: &mut Option<(f64, u64)>) -> Option<String> {
     )
 }
 
-async fn socket(
-    State(app): State<Arc<App>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    ws: WebSocketUpgrade,
-) -> Response {
-    if !allowed(app.open, &peer, host(&headers)) {
-        return forbidden();
-    }
+async fn socket(State(app): State<Arc<App>>, ws: WebSocketUpgrade) -> Response {
     ws.on_upgrade(move |s| serve_socket(app, s))
 }
 
 async fn serve_socket(app: Arc<App>, mut ws: WebSocket) {
     let mut rx = app.data.subscribe();
-    if ws.send(Message::Text(hello(&app).into())).await.is_err() {
+    let hello = (app.file_hello.clone()).unwrap_or_else(|| hello(&app.source));
+    if ws.send(Message::Text(hello.into())).await.is_err() {
         return;
     }
     if let Source::Live { live, .. } = &app.source {
@@ -505,15 +464,7 @@ struct RangeQuery {
     columns: Option<usize>,
 }
 
-async fn range(
-    State(app): State<Arc<App>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    Query(q): Query<RangeQuery>,
-) -> Response {
-    if !allowed(app.open, &peer, host(&headers)) {
-        return forbidden();
-    }
+async fn range(State(app): State<Arc<App>>, Query(q): Query<RangeQuery>) -> Response {
     let Source::File(path) = app.source.clone() else {
         return (StatusCode::NOT_FOUND, "not browsing a recording\n").into_response();
     };
@@ -554,6 +505,7 @@ impl Server {
             .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
         let (data, _) = broadcast::channel(256);
         let app = Arc::new(App {
+            file_hello: matches!(source, Source::File(_)).then(|| hello(&source)),
             source,
             data,
             open: !addr.ip().is_loopback(),
@@ -580,6 +532,7 @@ impl Server {
             .route("/view.js", get(script))
             .route("/ws", get(socket))
             .route("/range", get(range))
+            .layer(axum::middleware::from_fn_with_state(app.clone(), guard))
             .with_state(app.clone());
         let should_stop =
             move || done.load(Ordering::Relaxed) || stop.is_some_and(|s| s.load(Ordering::Relaxed));

@@ -45,7 +45,8 @@ fn a_windows_energy_is_the_recordings_integral_over_it() {
     assert_eq!(dropped, 0);
 
     // The same from the recording, summed here: every sample in [start, end) times its
-    // period. Both sum the same f32 watts in f64, so they agree to rounding.
+    // period. Both take the recording's own f32 total of each sample and sum in f64, so
+    // they agree to rounding.
     let (mut energy, mut n, mut recorded) = (0.0f64, 0u64, 0usize);
     for b in recording::open(&out).unwrap() {
         let b = b.unwrap();
