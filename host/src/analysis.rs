@@ -1004,6 +1004,71 @@ pub fn reduced_timeline(
     })
 }
 
+impl Analysis {
+    /// The analysis for people, a few lines: the clocks' links, the executions and their
+    /// clusters, the profiles, the energy and what limits the profiles' support.
+    pub fn summary(&self) -> String {
+        let a = self;
+        let kept = a.executions.iter().filter(|e| e.kept).count();
+        let peak = |p: &[Point]| {
+            p.iter()
+                .map(|b| b.mean_w)
+                .filter(|w| w.is_finite())
+                .fold(f64::NAN, f64::max)
+        };
+        let device = if a.has_rig() {
+            format!(
+                "rate error {:+.2} ppm, residual RMS {:.2} µs ({} edges, {} outliers)",
+                a.device.rate_error_ppm,
+                a.device.rms_s * 1e6,
+                a.device.used,
+                a.device.outliers
+            )
+        } else {
+            "no rig".into()
+        };
+        let mut s = format!(
+        "clocks    device→host: {device}\n          GPU→host:    rate error {:+.2} ppm, residual RMS {:.2} µs ({} reads kept, {} outliers)\n",
+        a.gpu.rate_error_ppm,
+        a.gpu.rms_s * 1e6,
+        a.gpu.used,
+        a.gpu.outliers
+    );
+        s += &format!(
+        "runs      {} executions, {} kept by clustering into {} cluster(s); fixed margin {:.1}-{:.1} µs keeps {}\n",
+        a.executions.len(),
+        kept,
+        a.clusters.len(),
+        a.fixed_margin.0 * 1e6,
+        a.fixed_margin.1 * 1e6,
+        a.fixed_margin.2
+    );
+        for (lo, hi, n) in &a.clusters {
+            s += &format!("  cluster {:.1}-{:.1} µs: {n}\n", lo * 1e6, hi * 1e6);
+        }
+        s += &format!(
+            "profiles  logger: {} bins of {:.0} µs, peak {:.1} W; ",
+            a.logger.len(),
+            a.options.bin_s * 1e6,
+            peak(&a.logger),
+        );
+        s += &if a.has_rig() {
+            format!(
+                "rig: {} bins, peak {:.1} W\nenergy    {:.3} mJ per kept execution (rig)\n",
+                a.rig.len(),
+                peak(&a.rig),
+                a.rig_energy_j * 1e3
+            )
+        } else {
+            "no rig\n".into()
+        };
+        for note in &a.support.notes {
+            s += &format!("support   {note}\n");
+        }
+        s
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

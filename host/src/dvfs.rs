@@ -186,6 +186,66 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
     sorted[i] + (sorted[(i + 1).min(sorted.len() - 1)] - sorted[i]) * f
 }
 
+/// A DVFS latency run on the digital twin of `scenario` (the built-in
+/// [`DVFS_SCENARIO`](crate::model::DVFS_SCENARIO) when none) into `output`, the rig's capture beside it at `rate_hz` (its highest when
+/// none): `plan.levels` empty asks for every level of the twin's GPU. `progress` is told
+/// of each request; returns the requests made (fewer when interrupted, the recordings
+/// closed and keeping them).
+///
+/// # Errors
+///
+/// A scenario that does not load, fewer than two levels, the twin or the capture failing.
+pub fn on_twin(
+    scenario: Option<&Path>,
+    mut plan: Plan,
+    output: &Path,
+    rate_hz: Option<u32>,
+    progress: impl FnMut(usize),
+) -> anyhow::Result<(usize, crate::capture::Summary)> {
+    use anyhow::Context;
+    let loaded = match scenario {
+        Some(p) => railtrace_twin::load_scenario(p)?,
+        None => railtrace_twin::scenario::parse("dvfs.toml", crate::model::DVFS_SCENARIO, |_| {
+            Ok((
+                "pcie-2x8pin-hs.toml".into(),
+                railtrace_twin::scenario::DEFAULT_RIG.into(),
+            ))
+        })
+        .context("the built-in DVFS scenario")?,
+    };
+    let twin = railtrace_twin::Twin::start(&loaded).context("the twin did not start")?;
+    let gpu = crate::gpu::twin::TwinGpu::new(&twin);
+    let mut runner = gpu.runner(plan.seed);
+    if plan.levels.is_empty() {
+        plan.levels = runner.dvfs_levels();
+    }
+    let rig_out = crate::profile::rig_path(output);
+    let result = (|| {
+        anyhow::ensure!(
+            plan.levels.len() >= 2,
+            "need two DVFS levels or more to switch between (have: {})",
+            plan.levels.join(", ")
+        );
+        crate::profile::with_rig(twin.path(), &rig_out, (rate_hz, None), || {
+            let settings = serde_json::json!({
+                "scenario": scenario.map(|p| p.display().to_string()),
+                "rig_recording": rig_out.display().to_string(),
+            });
+            let mut trigger = crate::gpu::twin::TwinTrigger::new(&twin, plan.trigger_line);
+            Ok(acquire(
+                &mut runner,
+                &mut trigger,
+                &plan,
+                output,
+                settings,
+                progress,
+            )?)
+        })
+    })();
+    twin.stop().context("the twin failed")?;
+    result
+}
+
 /// The latency of every request of the run at `run_path`, from its rig capture at
 /// `rig_path`.
 pub fn latencies(

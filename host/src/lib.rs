@@ -20,6 +20,7 @@ pub mod profile;
 pub mod recording;
 pub mod report_plot;
 pub mod stop;
+pub mod survey;
 pub mod transport;
 pub mod trigger;
 pub mod view;

@@ -29,6 +29,7 @@
 //! logger is judged by how well it predicts what the GPU really draws.
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context};
@@ -40,6 +41,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::analysis::{analyse, Analysis, Options};
 use crate::demo::{cells, mean_over};
+use crate::logger_model::LoggerModel;
 use crate::recording::{self, Kind, Rows};
 
 /// The value of `format` in a model file.
@@ -1003,4 +1005,282 @@ pub fn plot(models: &[(PowerModel, Vec<Scored>)], runs: &[Run], out: &Path) -> a
     }
     crate::plot::draw_to!(out, (1600, 800), |root| draw(root, models, runs));
     Ok(())
+}
+
+/// Observes every run of `inputs` (a rig capture among them, `*.rig.arrow`, is read with
+/// its run, not as a run), telling `on` of each: its number, of how many, its path, what
+/// it gave and the seconds it took.
+///
+/// # Errors
+///
+/// As [`observe`].
+pub fn observe_all(
+    inputs: &[PathBuf],
+    gpu: &Gpu,
+    correct: Option<Correction<'_>>,
+    bin_s: f64,
+    mut on: impl FnMut(usize, usize, &Path, &Run, f64),
+) -> anyhow::Result<Vec<Run>> {
+    let inputs: Vec<&PathBuf> = (inputs.iter()).filter(|p| !is_rig_capture(p)).collect();
+    let mut runs = Vec::new();
+    for (i, p) in inputs.iter().enumerate() {
+        let t0 = std::time::Instant::now();
+        let r = observe(p, gpu, correct, bin_s)?;
+        on(i, inputs.len(), p, &r, t0.elapsed().as_secs_f64());
+        runs.push(r);
+    }
+    Ok(runs)
+}
+
+/// A rig's capture (`*.rig.arrow`), read with its run rather than as one.
+pub fn is_rig_capture(path: &Path) -> bool {
+    path.to_string_lossy().ends_with(".rig.arrow")
+}
+
+/// A model of `kind` fitted on the runs of `inputs` by `against` (see [`observe_all`] for
+/// `on`); against the corrected logger, each run's stitched logger profile is corrected
+/// with `logger` (its model and the model's path) on bins `bin_s` wide.
+///
+/// # Errors
+///
+/// Against the corrected logger without its model, a run that cannot be observed or
+/// corrected, or too few runs for the fit.
+pub fn fit_runs(
+    kind: ModelKind,
+    against: Against,
+    inputs: &[PathBuf],
+    gpu: &Gpu,
+    logger: Option<&(LoggerModel, PathBuf)>,
+    bin_s: f64,
+    on: impl FnMut(usize, usize, &Path, &Run, f64),
+) -> anyhow::Result<(PowerModel, Vec<Run>)> {
+    let correct_fn = |run: &Path, rig: &Path| -> anyhow::Result<_> {
+        let (m, p) = logger.ok_or_else(|| {
+            anyhow::anyhow!(
+                "against the corrected logger needs the logger's model (from `railtrace calibrate`)"
+            )
+        })?;
+        let c = crate::correct::correct(run, rig, m, p, bin_s)?;
+        Ok((c.analysis, c.d.energy_j / c.duration_s, c.idle_w))
+    };
+    let correct: Option<Correction<'_>> = (against == Against::Corrected).then_some(&correct_fn);
+    let runs = observe_all(inputs, gpu, correct, bin_s, on)?;
+    let m = fit(kind, against, &runs, gpu)?;
+    Ok((m, runs))
+}
+
+impl Run {
+    /// What the run gave, in a line: the kernel, level and temperature, the executions,
+    /// the power and the idle power by the rig, the logger and the corrected logger.
+    pub fn describe(&self) -> String {
+        let na = |x: f64| {
+            if x.is_finite() {
+                format!("{x:.1}")
+            } else {
+                "-".into()
+            }
+        };
+        format!(
+            "{} at {}, {} °C, {} executions of {:.1} µs; power W rig {} logger {} corrected {}; idle W rig {} logger {} corrected {}",
+            self.kernel,
+            self.level.name,
+            self.temp_c.map_or("-".into(), |t| format!("{t:.1}")),
+            self.executions,
+            self.time_s * 1e6,
+            na(self.power.rig_w),
+            na(self.power.logger_w),
+            na(self.power.corrected_w),
+            na(self.idle.rig_w),
+            na(self.idle.logger_w),
+            na(self.idle.corrected_w),
+        )
+    }
+}
+
+impl PowerModel {
+    /// The model, for people: its terms and fits, a line each.
+    pub fn describe(&self) -> String {
+        let m = self;
+        let mut s = String::new();
+        let nf = 1e-9; // W/(Hz·V²) shown as W/(GHz·V²)
+        if let Some(u) = &m.util {
+            let _ = writeln!(
+            s,
+            "  P = {:.1} W + ({:.1}·u_compute + {:.1}·u_memory + {:.1}·u_other) W/(GHz·V²) · f·V²   (rms {:.2} W)",
+            u.static_w,
+            u.coef[0] / nf,
+            u.coef[1] / nf,
+            u.coef[2] / nf,
+            u.rms_w
+        );
+        }
+        for (name, d) in [
+            ("with temperature", &m.dvfs),
+            ("without", &m.dvfs_without_temperature),
+        ] {
+            if let Some(d) = d {
+                let _ = writeln!(
+                s,
+                "  {name:<16} P = {:.1} W + ({:.1} + {:.1}·u_c + {:.1}·u_m + {:.1}·u_o) W/(GHz·V²) · f·V² + {:.1} W/V · V·e^({:.4}·(T − {:.0} °C))   (rms {:.2} W)",
+                d.const_w,
+                d.clock_coef / nf,
+                d.dyn_coef[0] / nf,
+                d.dyn_coef[1] / nf,
+                d.dyn_coef[2] / nf,
+                d.leak_w_per_v,
+                d.gamma_per_c,
+                d.t_ref_c,
+                d.rms_w
+            );
+            }
+        }
+        if let Some(d) = &m.dvfs {
+            let _ = writeln!(
+                s,
+                "  leakage temperature coefficient γ = {:.4} ± {:.4} /°C",
+                d.gamma_per_c, d.se[6]
+            );
+        }
+        for t in &m.time {
+            let pieces: Vec<String> = (t.pieces.iter())
+                .map(|p| format!("{:.0} cycles/f + {:.2} µs", p[0], p[1] * 1e6))
+                .collect();
+            let _ = writeln!(
+                s,
+                "  time {:<12} max({})   (rms {:.2} %, {} frequencies)",
+                t.kernel,
+                pieces.join(", "),
+                t.rms_rel * 100.0,
+                t.frequencies_hz.len()
+            );
+        }
+        s
+    }
+}
+
+/// The errors over `rows`: power, energy and time MAE, %.
+fn errors(rows: &[&Scored]) -> serde_json::Value {
+    let timed: Vec<&Scored> = rows.iter().copied().filter(|r| r.time_modelled).collect();
+    serde_json::json!({
+        "runs": rows.len(),
+        "power_mae_pct": mae(rows, Scored::power_pct),
+        "energy_mae_pct": mae(rows, Scored::energy_pct),
+        "time_mae_pct": if timed.is_empty() { None } else { Some(mae(&timed, Scored::time_pct)) },
+        "power_mae_no_temp_pct": if rows.iter().all(|r| r.predicted_no_temp_w.is_finite()) {
+            Some(mae(rows, |r| 100.0 * (r.predicted_no_temp_w - r.measured_w) / r.measured_w))
+        } else {
+            None
+        },
+    })
+}
+
+/// One model's validation as JSON: every run, per kernel, overall, held-out apart.
+pub fn validation(m: &PowerModel, s: &[Scored]) -> serde_json::Value {
+    let all: Vec<&Scored> = s.iter().collect();
+    let pick =
+        |f: &dyn Fn(&Scored) -> bool| -> Vec<&Scored> { s.iter().filter(|r| f(r)).collect() };
+    let mut kernels: Vec<&str> = s.iter().map(|r| r.kernel.as_str()).collect();
+    kernels.sort();
+    kernels.dedup();
+    let per_kernel: serde_json::Map<String, serde_json::Value> = kernels
+        .iter()
+        .map(|k| (k.to_string(), errors(&pick(&|r| r.kernel == *k))))
+        .collect();
+    let rows: Vec<serde_json::Value> = s
+        .iter()
+        .map(|r| {
+            let mut v = serde_json::to_value(r).unwrap_or_default();
+            v["power_pct"] = r.power_pct().into();
+            v["energy_pct"] = r.energy_pct().into();
+            v["time_pct"] = r.time_pct().into();
+            v
+        })
+        .collect();
+    serde_json::json!({
+        "label": m.label(),
+        "kind": m.kind,
+        "against": m.against,
+        "kernels_fitted": m.kernels,
+        "levels_fitted": m.levels,
+        "gamma_per_c": m.dvfs.as_ref().map(|d| d.gamma_per_c),
+        "gamma_se_per_c": m.dvfs.as_ref().map(|d| d.se[6]),
+        "overall": errors(&all),
+        "held_out_kernels": errors(&pick(&|r| !r.kernel_seen)),
+        "held_out_levels": errors(&pick(&|r| !r.level_seen)),
+        "seen": errors(&pick(&|r| r.kernel_seen && r.level_seen)),
+        "per_kernel": per_kernel,
+        "rows": rows,
+    })
+}
+
+/// One model's validation for people (`j`: its [`validation`]).
+pub fn validation_table(m: &PowerModel, s: &[Scored], j: &serde_json::Value) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "\n{} (fitted on {}; levels {}):",
+        m.label(),
+        m.kernels.join(", "),
+        m.levels.join(", ")
+    );
+    let _ = writeln!(
+        t,
+        "  {:<12} {:<6} {:>6} {:>9} {:>9} {:>8} {:>9} {:>8} {:>8}  held out",
+        "kernel", "level", "°C", "rig W", "model W", "power", "time µs", "time", "energy"
+    );
+    for r in s {
+        let held = match (r.kernel_seen, r.level_seen) {
+            (true, true) => "",
+            (false, true) => "kernel",
+            (true, false) => "level",
+            (false, false) => "kernel, level",
+        };
+        let _ = writeln!(
+            t,
+            "  {:<12} {:<6} {:>6} {:>9.1} {:>9.1} {:>+7.2}% {:>9.1} {:>8} {:>+7.2}%  {held}",
+            r.kernel,
+            r.level,
+            r.temp_c.map_or("-".into(), |x| format!("{x:.1}")),
+            r.measured_w,
+            r.predicted_w,
+            r.power_pct(),
+            r.measured_s * 1e6,
+            if r.time_modelled {
+                format!("{:+.2}%", r.time_pct())
+            } else {
+                "-".into()
+            },
+            r.energy_pct(),
+        );
+    }
+    let line = |name: &str, e: &serde_json::Value| {
+        if e["runs"].as_u64().unwrap_or(0) == 0 {
+            return String::new();
+        }
+        let f = |k: &str| e[k].as_f64().map_or("-".into(), |x| format!("{x:.2} %"));
+        format!(
+            "  {name:<22} power MAE {:>8}, energy MAE {:>8}, time MAE {:>8}{}  ({} runs)\n",
+            f("power_mae_pct"),
+            f("energy_mae_pct"),
+            f("time_mae_pct"),
+            if e["power_mae_no_temp_pct"].is_f64() {
+                format!(
+                    ", without the temperature term {}",
+                    f("power_mae_no_temp_pct")
+                )
+            } else {
+                String::new()
+            },
+            e["runs"]
+        )
+    };
+    if let Some(k) = j["per_kernel"].as_object() {
+        for (name, e) in k {
+            t.push_str(&line(name, e));
+        }
+    }
+    t.push_str(&line("overall", &j["overall"]));
+    t.push_str(&line("held-out kernels", &j["held_out_kernels"]));
+    t.push_str(&line("held-out levels", &j["held_out_levels"]));
+    t
 }

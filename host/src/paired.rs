@@ -691,6 +691,40 @@ pub fn deconvolve(
     })
 }
 
+impl Deconvolution {
+    /// The deconvolved readings as CSV: each update's start, its power and band, and the
+    /// meter's mean over the same span.
+    ///
+    /// # Errors
+    ///
+    /// The meter's samples unusable, or the file not written.
+    pub fn write_csv(&self, rec: &Recorded, path: &Path) -> anyhow::Result<()> {
+        use anyhow::Context;
+        use std::io::Write;
+        let d = self;
+        let meter = Reference::new(&rec.meter_t, &rec.meter_w)
+            .map_err(|e| anyhow::anyhow!("the meter's samples: {e}"))?;
+        let file = std::fs::File::create(path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
+        let mut w = std::io::BufWriter::new(file);
+        writeln!(w, "t_s,power_w,lo_w,hi_w,meter_w")?;
+        // The last point closes the span; it starts no update of its own.
+        for i in 0..d.t_s.len().saturating_sub(1) {
+            let (a, b) = (d.t_s[i], d.t_s[i + 1]);
+            writeln!(
+                w,
+                "{a:.6},{:.3},{:.3},{:.3},{:.3}",
+                d.power_w[i],
+                d.lo_w[i],
+                d.hi_w[i],
+                meter.mean(a, b)
+            )?;
+        }
+        w.flush()
+            .with_context(|| format!("cannot write {}", path.display()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -450,7 +450,25 @@ pub fn on_twin(
     progress: impl FnMut(&Acquired),
 ) -> anyhow::Result<Profiled> {
     let loaded = railtrace_twin::scenario::load_with(run.scenario.as_deref(), run.rig.as_deref())?;
-    let twin = railtrace_twin::Twin::start(&loaded).context("the twin did not start")?;
+    on_loaded_twin(&loaded, None, run, plan, seed, rig, progress)
+}
+
+/// As [`on_twin`], on a scenario already loaded; the twin writes its truth (its true GPU
+/// power and executions) into `truth` when given, closed when this returns.
+///
+/// # Errors
+///
+/// As [`profile`], and a twin that does not start or fails.
+pub fn on_loaded_twin(
+    loaded: &railtrace_twin::scenario::Loaded,
+    truth: Option<&Path>,
+    run: &Run,
+    plan: &Plan,
+    seed: u64,
+    rig: bool,
+    progress: impl FnMut(&Acquired),
+) -> anyhow::Result<Profiled> {
+    let twin = railtrace_twin::Twin::start_with(loaded, truth).context("the twin did not start")?;
     let gpu = crate::gpu::twin::TwinGpu::new(&twin);
     let run = Run {
         rig_rise_s: Some(loaded.rig.rise_s()),

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use railtrace::calibrate::Family;
-pub use railtrace::calibrate::{calibrate, Calibrated, Request};
+use railtrace::calibrate::{calibrate, Calibrated, Request};
 use railtrace::recording::LoggerColumn;
 
 /// Identifies things against the rig.

@@ -2,10 +2,8 @@
 //! run, by the published measures, and the energy error raw and through a logger model,
 //! with the model's window deconvolved where the readings allow.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use anyhow::Context;
 use railtrace::logger_model::LoggerModel;
 use railtrace::paired::{self, Deconvolution, Measures};
 use railtrace::recording::LoggerColumn;
@@ -98,7 +96,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Some(Ok(d)) => {
             print_deconvolved(d);
             if let Some(path) = &args.deconvolved {
-                write_csv(d, &rec, path)?;
+                d.write_csv(&rec, path)?;
                 eprintln!("  written            {}", path.display());
             }
         }
@@ -176,29 +174,6 @@ fn print_deconvolved(d: &Deconvolution) {
 }
 
 /// The deconvolved power beside the meter's mean over each update, as CSV.
-fn write_csv(d: &Deconvolution, rec: &paired::Recorded, path: &Path) -> anyhow::Result<()> {
-    let meter = railtrace_calibration::logger::Reference::new(&rec.meter_t, &rec.meter_w)
-        .map_err(|e| anyhow::anyhow!("the meter's samples: {e}"))?;
-    let file =
-        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-    let mut w = std::io::BufWriter::new(file);
-    writeln!(w, "t_s,power_w,lo_w,hi_w,meter_w")?;
-    // The last point closes the span; it starts no update of its own.
-    for i in 0..d.t_s.len().saturating_sub(1) {
-        let (a, b) = (d.t_s[i], d.t_s[i + 1]);
-        writeln!(
-            w,
-            "{a:.6},{:.3},{:.3},{:.3},{:.3}",
-            d.power_w[i],
-            d.lo_w[i],
-            d.hi_w[i],
-            meter.mean(a, b)
-        )?;
-    }
-    w.flush()
-        .with_context(|| format!("cannot write {}", path.display()))
-}
-
 fn print(m: &Measures, args: &Args, rec: &paired::Recorded) {
     let ms = |s: f64| format!("{:.2} ms", s * 1e3);
     let span = rec.meter_t[rec.meter_t.len() - 1] - rec.meter_t[0];

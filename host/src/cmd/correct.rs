@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-pub use railtrace::correct::{correct, figures, through_logger, write};
+use railtrace::correct::{correct, figures, write};
 use railtrace::logger_model::LoggerModel;
 use railtrace::profile::rig_path;
 

@@ -3,13 +3,8 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
-use railtrace::dvfs::{acquire, latencies, Latencies, Options, Plan};
-use railtrace::gpu::twin::{TwinGpu, TwinTrigger};
-use railtrace::gpu::GpuRunner;
+use railtrace::dvfs::{latencies, on_twin, Latencies, Options, Plan};
 use railtrace::profile::rig_path;
-
-use super::profile::with_rig;
 
 /// DVFS measurements.
 #[derive(Debug, clap::Args)]
@@ -70,9 +65,6 @@ enum What {
     },
 }
 
-/// The built-in DVFS scenario.
-const DVFS_SCENARIO: &str = include_str!("../../../hardware/scenarios/dvfs.toml");
-
 /// Runs `railtrace dvfs`.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let What::Latency {
@@ -113,54 +105,20 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 lo >= 0.0 && hi >= lo,
                 "--wait-ms {lo} {hi}: need 0 <= MIN <= MAX"
             );
-            let loaded = match &scenario {
-                Some(p) => railtrace_twin::load_scenario(p)?,
-                None => railtrace_twin::scenario::parse("dvfs.toml", DVFS_SCENARIO, |_| {
-                    Ok((
-                        "pcie-2x8pin-hs.toml".into(),
-                        railtrace_twin::scenario::DEFAULT_RIG.into(),
-                    ))
-                })
-                .context("the built-in DVFS scenario")?,
-            };
-            let twin = railtrace_twin::Twin::start(&loaded).context("the twin did not start")?;
-            let gpu = TwinGpu::new(&twin);
-            let mut runner = gpu.runner(seed);
             let plan = Plan {
-                levels: if levels.is_empty() {
-                    runner.dvfs_levels()
-                } else {
-                    levels
-                },
+                levels,
                 switches,
                 wait_s: (lo * 1e-3, hi * 1e-3),
                 trigger_line: 0,
                 seed,
             };
-            anyhow::ensure!(
-                plan.levels.len() >= 2,
-                "need two DVFS levels or more to switch between (have: {})",
-                plan.levels.join(", ")
-            );
-            let rig_out = rig_path(&output);
-            let result = with_rig(twin.path(), &rig_out, (rate, None), || {
-                let bar = indicatif::ProgressBar::new(switches as u64);
-                let n = acquire(
-                    &mut runner,
-                    &mut TwinTrigger::new(&twin, 0),
-                    &plan,
-                    &output,
-                    serde_json::json!({
-                        "scenario": scenario.as_ref().map(|p| p.display().to_string()),
-                        "rig_recording": rig_out.display().to_string(),
-                    }),
-                    |i| bar.set_position(i as u64),
-                );
-                bar.finish_and_clear();
-                Ok(n?)
+            let bar = indicatif::ProgressBar::new(switches as u64);
+            let result = on_twin(scenario.as_deref(), plan, &output, rate, |i| {
+                bar.set_position(i as u64)
             });
-            twin.stop().context("the twin failed")?;
+            bar.finish_and_clear();
             let (n, rig) = result?;
+            let rig_out = rig_path(&output);
             eprintln!(
                 "railtrace dvfs: {n} requests in {}; rig: {} samples, {} frames lost, {} gaps in {}",
                 output.display(),

@@ -3,8 +3,11 @@
 use std::path::PathBuf;
 
 use railtrace::analysis::Options;
-use railtrace::gpu::{GpuRunner, Launch, PowerLogger};
-pub use railtrace::profile::{rig_path, with_rig, Acquired, Plan, Profiled, Run, Target};
+use railtrace::gpu::Launch;
+#[cfg(any(feature = "rocm", feature = "cuda"))]
+use railtrace::gpu::{GpuRunner, PowerLogger};
+use railtrace::profile::{rig_path, Acquired, Plan, Profiled, Run, Target};
+#[cfg(any(feature = "rocm", feature = "cuda"))]
 use railtrace::trigger::TriggerOut;
 
 /// Runs a kernel many times with random delays, recording the GPU's executions, its
@@ -209,15 +212,18 @@ fn real_gpu(args: &Args, plan: &Plan, runner: &mut dyn GpuRunner) -> anyhow::Res
             Box::new(railtrace::trigger::Quiet)
         }
     };
-    let port = args.port.as_deref();
-    profile(
-        &run_of(args),
-        plan,
-        port,
-        runner,
-        &mut *logger,
-        &mut *trigger,
-    )
+    let (port, run) = (args.port.as_deref(), run_of(args));
+    profile_with(&run, plan, |progress| {
+        railtrace::profile::profile(
+            &run,
+            plan,
+            port,
+            runner,
+            &mut *logger,
+            &mut *trigger,
+            progress,
+        )
+    })
 }
 
 /// The GPU's logger named by `--logger`.
@@ -270,21 +276,6 @@ fn run_of(args: &Args) -> Run {
     }
 }
 
-/// A profiling run with a progress bar, and its summary line (see
-/// [`railtrace::profile::profile`]).
-pub fn profile(
-    args: &Run,
-    plan: &Plan,
-    port: Option<&std::path::Path>,
-    runner: &mut dyn GpuRunner,
-    logger: &mut dyn PowerLogger,
-    trigger: &mut dyn TriggerOut,
-) -> anyhow::Result<()> {
-    profile_with(args, plan, |progress| {
-        railtrace::profile::profile(args, plan, port, runner, logger, trigger, progress)
-    })
-}
-
 /// Runs `go` (a profiling run told of each train) with a progress bar, and prints its
 /// summary line.
 fn profile_with(
@@ -306,7 +297,13 @@ fn profile_with(
         }
     });
     bar.finish_and_clear();
-    let Profiled { acquired, rig } = profiled?;
+    summary(args, &profiled?);
+    Ok(())
+}
+
+/// A profiling run's summary lines, on stderr.
+pub fn summary(args: &Run, profiled: &Profiled) {
+    let Profiled { acquired, rig } = profiled;
     let rig_out = rig_path(&args.output);
     if let Some((e, confidence)) = args.target_error {
         eprintln!(
@@ -337,5 +334,4 @@ fn profile_with(
         acquired.driven,
         args.output.display(),
     );
-    Ok(())
 }

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use railtrace::analysis::{analyse, Analysis, Options};
+use railtrace::analysis::{analyse, Options};
 use railtrace::profile::rig_path;
 use railtrace::report_plot;
 
@@ -39,66 +39,6 @@ pub struct Args {
     height: u32,
 }
 
-fn summary(a: &Analysis) -> String {
-    let kept = a.executions.iter().filter(|e| e.kept).count();
-    let peak = |p: &[railtrace::analysis::Point]| {
-        p.iter()
-            .map(|b| b.mean_w)
-            .filter(|w| w.is_finite())
-            .fold(f64::NAN, f64::max)
-    };
-    let device = if a.has_rig() {
-        format!(
-            "rate error {:+.2} ppm, residual RMS {:.2} µs ({} edges, {} outliers)",
-            a.device.rate_error_ppm,
-            a.device.rms_s * 1e6,
-            a.device.used,
-            a.device.outliers
-        )
-    } else {
-        "no rig".into()
-    };
-    let mut s = format!(
-        "clocks    device→host: {device}\n          GPU→host:    rate error {:+.2} ppm, residual RMS {:.2} µs ({} reads kept, {} outliers)\n",
-        a.gpu.rate_error_ppm,
-        a.gpu.rms_s * 1e6,
-        a.gpu.used,
-        a.gpu.outliers
-    );
-    s += &format!(
-        "runs      {} executions, {} kept by clustering into {} cluster(s); fixed margin {:.1}-{:.1} µs keeps {}\n",
-        a.executions.len(),
-        kept,
-        a.clusters.len(),
-        a.fixed_margin.0 * 1e6,
-        a.fixed_margin.1 * 1e6,
-        a.fixed_margin.2
-    );
-    for (lo, hi, n) in &a.clusters {
-        s += &format!("  cluster {:.1}-{:.1} µs: {n}\n", lo * 1e6, hi * 1e6);
-    }
-    s += &format!(
-        "profiles  logger: {} bins of {:.0} µs, peak {:.1} W; ",
-        a.logger.len(),
-        a.options.bin_s * 1e6,
-        peak(&a.logger),
-    );
-    s += &if a.has_rig() {
-        format!(
-            "rig: {} bins, peak {:.1} W\nenergy    {:.3} mJ per kept execution (rig)\n",
-            a.rig.len(),
-            peak(&a.rig),
-            a.rig_energy_j * 1e3
-        )
-    } else {
-        "no rig\n".into()
-    };
-    for note in &a.support.notes {
-        s += &format!("support   {note}\n");
-    }
-    s
-}
-
 /// Runs `railtrace report`.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let rig = args.rig.unwrap_or_else(|| rig_path(&args.profile));
@@ -125,7 +65,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&a)?);
     } else {
-        print!("{}", summary(&a));
+        print!("{}", a.summary());
     }
     if let Some(out) = &args.plot {
         let started = Instant::now();

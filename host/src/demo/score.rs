@@ -1,6 +1,5 @@
-//! `railtrace demo`'s scoring: a profiling run on the twin held against the twin's truth
-//! (its true GPU power and true executions, written by the twin beside the run), and the
-//! report's picture.
+//! The demo's scoring: a profiling run on the twin held against the twin's truth (its true
+//! GPU power and true executions, written by the twin beside the run).
 //!
 //! Every profile is scored the same way, on the time of interest (TOI, s since each
 //! execution's start):
@@ -17,7 +16,6 @@ use std::path::Path;
 
 use anyhow::{anyhow, Context};
 use arrow_array::{Array, Float64Array, ListArray, RecordBatch};
-use plotters::prelude::*;
 
 /// The twin's true GPU power and executions.
 #[derive(Debug, Clone)]
@@ -373,148 +371,110 @@ pub struct Score {
     pub rms_w: f64,
 }
 
-/// One curve of the demo's picture.
+/// Every profile of a corrected run on the same cells, and its scores.
 #[derive(Debug, Clone)]
-pub struct Curve<'a> {
-    /// Its name in the legend.
-    pub name: &'a str,
-    /// Its colour.
-    pub colour: RGBColor,
-    /// Drawn dashed.
-    pub dashed: bool,
-    /// Its cells.
-    pub cells: &'a [Cell],
+pub struct Scored {
+    /// The truth's, the rig's, the raw stitched logger's and the corrected profile's
+    /// scores, in that order.
+    pub rows: [(&'static str, Score); 4],
+    /// The kept executions' true mean duration, s.
+    pub duration_s: f64,
+    /// The TOI span the profiles are drawn over, s.
+    pub span: (f64, f64),
+    /// The profiles.
+    pub profiles: Profiles,
 }
 
-/// The demo's picture, as SVG (returned as text) or PNG by `out`'s extension, written to
-/// `out`: the curves over the whole TOI span `wide`, and again over `zoom`, with the
-/// corrected profile's band (cells of `(lo, hi)` W) shaded.
-pub fn picture(
-    out: &Path,
-    title: &str,
-    curves: &[Curve<'_>],
-    band: &[(Cell, Cell)],
-    wide: (f64, f64),
-    zoom: (f64, f64),
-) -> anyhow::Result<Option<String>> {
-    crate::plot::register_font()?;
-    let size = (1400, 1100);
-    match crate::plot::Format::of(out)? {
-        crate::plot::Format::Svg => {
-            let mut text = String::new();
-            draw(
-                SVGBackend::with_string(&mut text, size).into_drawing_area(),
-                title,
-                curves,
-                band,
-                wide,
-                zoom,
-            )
-            .map_err(|e| anyhow!("{}: {e}", out.display()))?;
-            std::fs::write(out, &text)
-                .with_context(|| format!("cannot write {}", out.display()))?;
-            Ok(Some(text))
-        }
-        crate::plot::Format::Png => {
-            std::fs::File::create(out).map_err(|e| anyhow!("{}: {e}", out.display()))?;
-            draw(
-                BitMapBackend::new(out, size).into_drawing_area(),
-                title,
-                curves,
-                band,
-                wide,
-                zoom,
-            )
-            .map_err(|e| anyhow!("{}: {e}", out.display()))?;
-            Ok(None)
-        }
-    }
+/// The profiles of a corrected run, as cells.
+#[derive(Debug, Clone)]
+pub struct Profiles {
+    /// The truth stitched on the corrected profile's cells.
+    pub truth: Vec<Cell>,
+    /// The rig's.
+    pub rig: Vec<Cell>,
+    /// The raw stitched logger's.
+    pub raw: Vec<Cell>,
+    /// The rig's through the identified logger.
+    pub through: Vec<Cell>,
+    /// The corrected one.
+    pub corrected: Vec<Cell>,
+    /// The corrected profile's band, (low, high) a cell.
+    pub band: Vec<(Cell, Cell)>,
 }
 
-fn draw<DB: DrawingBackend>(
-    root: DrawingArea<DB, plotters::coord::Shift>,
-    title: &str,
-    curves: &[Curve<'_>],
-    band: &[(Cell, Cell)],
-    wide: (f64, f64),
-    zoom: (f64, f64),
-) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
-    root.fill(&WHITE)?;
-    let root = root.titled(title, ("sans-serif", 26))?;
-    let panels = root.split_evenly((2, 1));
-    for (area, (span, caption)) in panels.iter().zip([
-        (wide, "the kernel and the logger's reach"),
-        (zoom, "the kernel"),
-    ]) {
-        panel(area, curves, band, span, caption)?;
-    }
-    root.present()
-}
-
-fn panel<DB: DrawingBackend>(
-    area: &DrawingArea<DB, plotters::coord::Shift>,
-    curves: &[Curve<'_>],
-    band: &[(Cell, Cell)],
-    span: (f64, f64),
-    caption: &str,
-) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
-    let us = |t: f64| t * 1e6;
-    let inside = |c: &Cell| c.hi > span.0 && c.lo < span.1 && c.w.is_finite();
-    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
-    for c in curves
-        .iter()
-        .flat_map(|c| c.cells.iter())
-        .filter(|c| inside(c))
-    {
-        lo = lo.min(c.w);
-        hi = hi.max(c.w);
-    }
-    if !(lo.is_finite() && hi > lo) {
-        (lo, hi) = (0.0, 1.0);
-    }
-    let pad = 0.06 * (hi - lo);
-    let mut chart = ChartBuilder::on(area)
-        .caption(caption, ("sans-serif", 20))
-        .margin(16)
-        .x_label_area_size(46)
-        .y_label_area_size(70)
-        .build_cartesian_2d(us(span.0)..us(span.1), (lo - pad)..(hi + 2.5 * pad))?;
-    chart
-        .configure_mesh()
-        .x_desc("time since the execution's start, µs")
-        .y_desc("power, W")
-        .light_line_style(RGBColor(0xee, 0xee, 0xee))
-        .label_style(("sans-serif", 15))
-        .axis_desc_style(("sans-serif", 16))
-        .draw()?;
-    let shade = RGBColor(0xf4, 0xc7, 0xc3);
-    chart.draw_series(
-        band.iter()
-            .filter(|(l, _)| inside(l))
-            .map(|(l, h)| Rectangle::new([(us(l.lo), l.w), (us(l.hi), h.w)], shade.filled())),
-    )?;
-    for c in curves {
-        // A step line through the cells' levels.
-        let mut pts = Vec::new();
-        for cell in c.cells.iter().filter(|c| inside(c)) {
-            pts.push((us(cell.lo.max(span.0)), cell.w));
-            pts.push((us(cell.hi.min(span.1)), cell.w));
-        }
-        let style = c.colour.stroke_width(2);
-        let drawn = if c.dashed {
-            chart.draw_series(DashedLineSeries::new(pts, 6, 4, style))?
-        } else {
-            chart.draw_series(LineSeries::new(pts, style))?
-        };
-        drawn
-            .label(c.name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], style));
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(0xcc, 0xcc, 0xcc))
-        .label_font(("sans-serif", 15))
-        .draw()
+/// The corrected run `c` held against the twin's `truth`: the host's executions are the
+/// twin's last ones (its scenario's own workload ran before). RMS errors are over the
+/// kernel and the logger's reach after it.
+///
+/// # Errors
+///
+/// The truth not holding the run's executions.
+pub fn score(truth: &Truth, c: &crate::correct::Corrected) -> anyhow::Result<Scored> {
+    let (a, d) = (&c.analysis, &c.d);
+    let mine = truth.executions_of(&a.executions)?;
+    let st = Stitched::of_kept(truth, &a.executions, mine)?;
+    let duration = *st.bounds_s.last().unwrap_or(&0.0);
+    let dt = d.dt_s;
+    let corrected: Vec<Cell> = (d.t.iter().zip(&d.power_w))
+        .map(|(&t, &w)| Cell {
+            lo: t - 0.5 * dt,
+            hi: t + 0.5 * dt,
+            w,
+        })
+        .collect();
+    let band = (corrected.iter().zip(d.lo_w.iter().zip(&d.hi_w)))
+        .map(|(c, (&l, &h))| (Cell { w: l, ..*c }, Cell { w: h, ..*c }))
+        .collect();
+    let raw = cells(&a.logger);
+    let rig = cells(&a.rig);
+    let through = crate::correct::through_logger(
+        &rig.iter().map(|c| (c.lo, c.w)).collect::<Vec<_>>(),
+        a.options.bin_s,
+        &c.logger,
+        c.idle_w,
+    )
+    .into_iter()
+    .zip(&rig)
+    .map(|((_, w), r)| Cell { w, ..*r })
+    .collect();
+    let reach = c.logger.kernel.len() as f64 * dt;
+    // Up to the next execution's start at the earliest (the truth beyond holds it).
+    let spacing = (mine.windows(2))
+        .map(|w| w[1].start_s - w[0].start_s)
+        .fold(f64::INFINITY, f64::min);
+    let span = (
+        corrected.first().map_or(0.0, |c| c.lo).min(0.0),
+        raw.last().map_or(duration + reach, |c| c.hi).min(spacing),
+    );
+    let rms_span = (0.0, duration + reach);
+    let exact = Score {
+        phase_w: st.phase_w.clone(),
+        step_s: (st.bounds_s[1..st.bounds_s.len() - 1].iter())
+            .map(|&b| Some(b))
+            .collect(),
+        energy_j: st.energy_j,
+        rms_w: 0.0,
+    };
+    let rows = [
+        ("truth", exact),
+        ("rig", st.score(&rig, a.rig_energy_j, rms_span)),
+        (
+            "raw stitched",
+            st.score(&raw, mean_over(&raw, 0.0, duration) * duration, rms_span),
+        ),
+        ("corrected", st.score(&corrected, d.energy_j, rms_span)),
+    ];
+    Ok(Scored {
+        rows,
+        duration_s: duration,
+        span,
+        profiles: Profiles {
+            truth: st.cells(span.0, span.1, dt),
+            rig,
+            raw,
+            through,
+            corrected,
+            band,
+        },
+    })
 }

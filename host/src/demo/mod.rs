@@ -1,0 +1,442 @@
+//! `railtrace demo`: the whole job on the digital twin, no hardware, as the composition of
+//! the stages ([`run`]): a profiling run of a kernel beside the rig (captured over the
+//! twin's pseudo-terminal, the twin writing its truth beside it), the GPU logger
+//! calibrated from the rig, the stitched logger profile corrected, every profile scored
+//! against the twin's truth ([`score`]), and the table, the HTML report with its
+//! pictures and the exports ([`report`]).
+
+pub mod report;
+pub mod score;
+
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::Context;
+use railtrace_twin::scenario::Loaded;
+
+use crate::calibrate::{self, Calibrated};
+use crate::correct::{self, Corrected};
+use crate::gpu::Launch;
+use crate::profile::{rig_path, Acquired, Plan, Profiled, Run};
+pub use report::{picture, Curve};
+pub use score::{cells, mean_over, Cell, Score, Scored, Stitched, TrueExecution, Truth};
+
+/// What a demo runs, and what it checks.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// Where everything goes (made if missing; files of an earlier demo are replaced).
+    pub out: PathBuf,
+    /// The twin's scenario; the built-in default when none.
+    pub scenario: Option<PathBuf>,
+    /// The rig description the twin is built on, instead of the one the scenario names.
+    pub rig: Option<PathBuf>,
+    /// The kernel to profile.
+    pub kernel: String,
+    /// Executions to profile, each after a random delay.
+    pub runs: usize,
+    /// Shortest and longest random delay before each launch, s.
+    pub delay_s: (f64, f64),
+    /// The profiles' bin, s; the finest the rig resolves (at least 10 µs) when none.
+    pub bin_s: Option<f64>,
+    /// The rig's sample rate, Hz; the lowest that puts a sample in every bin when none.
+    pub rate_hz: Option<u32>,
+    /// The logger's update period if known, ms (identified from its readings otherwise).
+    pub period_ms: Option<f64>,
+    /// The checks' tolerances.
+    pub tolerances: Tolerances,
+    /// Seed of the runner's random delays.
+    pub seed: u64,
+}
+
+/// What the demo's checks allow.
+#[derive(Debug, Clone, Copy)]
+pub struct Tolerances {
+    /// Each corrected phase's power, relative (0.05: within 5 %).
+    pub phase: f64,
+    /// Each corrected step's time, s.
+    pub step_s: f64,
+    /// The corrected profile's RMS error, as a fraction of the raw stitched profile's.
+    pub rms_ratio: f64,
+}
+
+/// The finest bin a stitched profile from a rig resolves: its slowest channel's 10-90 %
+/// rise (sensor and ADC input filter), or the width that gathers [`Resolution::SAMPLES`]
+/// samples a bin over the runs if wider (the runs' random delays spread the conversions
+/// over the kernel, so the sample period itself is no limit), rounded up to whole µs.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Resolution {
+    /// The rig's 10-90 % rise, s.
+    pub rise_s: f64,
+    /// Samples a µs of the kernel gets over all the runs.
+    pub samples_per_us: f64,
+    /// The finest bin, s.
+    pub finest_s: f64,
+}
+
+impl Resolution {
+    /// Samples a bin needs for its mean (the noise falls as 1/√n).
+    pub const SAMPLES: f64 = 30.0;
+
+    /// The resolution of `rig` at `rate_hz` over `runs` executions.
+    pub fn of(rig: &railtrace_rig::RigDescription, rate_hz: u32, runs: usize) -> Resolution {
+        let rise_s = rig.rise_s();
+        let per_s = f64::from(rate_hz) * runs as f64;
+        let finest_s = (rise_s.max(Self::SAMPLES / per_s) * 1e6 - 1e-9).ceil() * 1e-6;
+        Resolution {
+            rise_s,
+            samples_per_us: per_s * 1e-6,
+            finest_s,
+        }
+    }
+}
+
+/// The twin, its rig's rate and the profiles' bins.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    /// The scenario and its rig.
+    pub loaded: Loaded,
+    /// The rig's sample rate, Hz.
+    pub rate_hz: u32,
+    /// The profiles' bin, s.
+    pub bin_s: f64,
+    /// What the rig resolves at that rate.
+    pub resolution: Resolution,
+}
+
+impl Setup {
+    /// The rig, its rate and the bins in a few lines, for people.
+    pub fn describe(&self) -> String {
+        let (rig, r) = (&self.loaded.rig, &self.resolution);
+        let mut s = format!(
+            "rig {}: {}\n  {} samples/s; finest bin it resolves {:.0} µs (10-90 % rise {:.2} µs; {:.1} samples a µs over the runs); bins of {:.1} µs",
+            rig.name,
+            railtrace_rig::summary(rig),
+            self.rate_hz,
+            r.finest_s * 1e6,
+            r.rise_s * 1e6,
+            r.samples_per_us,
+            self.bin_s * 1e6
+        );
+        if self.bin_s < r.finest_s * (1.0 - 1e-9) {
+            s += &format!(
+                "\n  warning: {:.1} µs bins are finer than this rig resolves ({:.1} µs)",
+                self.bin_s * 1e6,
+                r.finest_s * 1e6
+            );
+        }
+        s
+    }
+}
+
+/// What a demo is doing, for a progress display.
+#[derive(Debug)]
+pub enum Stage<'a> {
+    /// Set up.
+    Setup(&'a Setup),
+    /// Profiling: a train done.
+    Train(&'a Acquired),
+    /// Profiled.
+    Profiled(&'a Run, &'a Profiled),
+    /// Calibrating the logger: what it is doing now.
+    Calibrating(&'a str),
+    /// The logger identified, its model written to the path.
+    Calibrated(&'a Calibrated, &'a Path),
+    /// Correcting the logger's profile.
+    Correcting,
+    /// Scoring and writing the report.
+    Reporting,
+}
+
+/// One of the demo's checks, with what was measured.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Check {
+    /// What is checked.
+    pub what: String,
+    /// What was measured.
+    pub measured: String,
+    /// Whether it passed.
+    pub pass: bool,
+}
+
+/// A demo's outcome.
+#[derive(Debug, Clone)]
+pub struct Demo {
+    /// Every figure (`figures.json`).
+    pub figures: serde_json::Value,
+    /// The profiles against the truth, as a table for a terminal.
+    pub table: String,
+    /// The checks.
+    pub checks: Vec<Check>,
+    /// The HTML report.
+    pub report: PathBuf,
+    /// Seconds spent profiling, calibrating, correcting, reporting and in all.
+    pub seconds: [f64; 5],
+}
+
+impl Demo {
+    /// The checks that failed.
+    pub fn failed(&self) -> Vec<&str> {
+        (self.checks.iter())
+            .filter(|c| !c.pass)
+            .map(|c| c.what.as_str())
+            .collect()
+    }
+}
+
+/// The demo of `req`: its stages in turn, each told to `on`.
+///
+/// # Errors
+///
+/// A request out of range, a scenario or rig that does not load, or a stage failing
+/// (the twin, the capture, the identification, the correction, writing the files).
+pub fn run(req: &Request, on: &mut dyn FnMut(Stage<'_>)) -> anyhow::Result<Demo> {
+    let started = Instant::now();
+    let (lo, hi) = req.delay_s;
+    anyhow::ensure!(
+        lo >= 0.0 && hi >= lo,
+        "delays {} ms to {} ms: need 0 <= shortest <= longest",
+        lo * 1e3,
+        hi * 1e3
+    );
+    anyhow::ensure!(
+        req.bin_s.is_none_or(|b| b > 0.0) && req.runs > 0,
+        "the bin and the runs must be > 0"
+    );
+    let out = &req.out;
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let setup = setup(req)?;
+    on(Stage::Setup(&setup));
+
+    let t = Instant::now();
+    let (run, profiled) = profile(req, &setup, on)?;
+    on(Stage::Profiled(&run, &profiled));
+    let profile_s = t.elapsed().as_secs_f64();
+
+    let (cal, logger_path) = identify(req, &run.output, on)?;
+    on(Stage::Calibrated(&cal, &logger_path));
+
+    on(Stage::Correcting);
+    let t = Instant::now();
+    let rig_recording = rig_path(&run.output);
+    let c = correct::correct(
+        &run.output,
+        &rig_recording,
+        &cal.model,
+        &logger_path,
+        setup.bin_s,
+    )?;
+    let correct_s = t.elapsed().as_secs_f64();
+
+    on(Stage::Reporting);
+    let t = Instant::now();
+    let truth = Truth::read(&out.join("truth"))?;
+    let scored = score::score(&truth, &c)?;
+    let checks = checks(&scored.rows, &req.tolerances);
+    let mut figures = figures(req, &setup, &cal, &c, &scored, &checks);
+    figures["seconds"] =
+        serde_json::json!({"profile": profile_s, "calibrate": cal.seconds, "correct": correct_s});
+    let title = format!("railtrace demo: {}", setup.loaded.scenario.description);
+    let table = report::table(&scored.rows);
+    correct::write(&c, &figures, &out.join("corrected.arrow"))?;
+    let report = report::write(
+        out,
+        &title,
+        &figures,
+        &scored,
+        &table,
+        &checks,
+        &[&run.output, &rig_recording],
+    )?;
+    let report_s = t.elapsed().as_secs_f64();
+    Ok(Demo {
+        figures,
+        table,
+        checks,
+        report,
+        seconds: [
+            profile_s,
+            cal.seconds,
+            correct_s,
+            report_s,
+            started.elapsed().as_secs_f64(),
+        ],
+    })
+}
+
+/// The scenario loaded; bins of 10 µs, or the finest the rig resolves at the top rate its
+/// link carries; then the lowest rate that puts a sample in every bin.
+///
+/// # Errors
+///
+/// A scenario or rig that does not load, or a rig whose link carries none of its rates.
+pub fn setup(req: &Request) -> anyhow::Result<Setup> {
+    let loaded = railtrace_twin::scenario::load_with(req.scenario.as_deref(), req.rig.as_deref())?;
+    let rig = &loaded.rig;
+    let channels = rig.channels.len();
+    let carried = rig.carried_rate_hz(channels).with_context(|| {
+        format!(
+            "the rig {}'s link carries none of its rates with {channels} channels",
+            rig.name
+        )
+    })?;
+    let bin_s = (req.bin_s).unwrap_or(Resolution::of(rig, carried, req.runs).finest_s.max(10e-6));
+    let rate_hz = req.rate_hz.unwrap_or_else(|| {
+        (rig.board.sample_rates_hz.iter().copied())
+            .filter(|&r| r <= carried && f64::from(r) * bin_s >= 1.0 - 1e-9)
+            .min()
+            .unwrap_or(carried)
+    });
+    let resolution = Resolution::of(rig, rate_hz, req.runs);
+    Ok(Setup {
+        loaded,
+        rate_hz,
+        bin_s,
+        resolution,
+    })
+}
+
+/// The profiling run on the twin into `profile.arrow`, the rig's capture beside it and
+/// the twin's truth in `truth/`.
+fn profile(
+    req: &Request,
+    setup: &Setup,
+    on: &mut dyn FnMut(Stage<'_>),
+) -> anyhow::Result<(Run, Profiled)> {
+    let plan = Plan {
+        launch: Launch {
+            kernel: req.kernel.clone(),
+            delay_s: req.delay_s,
+            warmup: 0,
+            count: 1,
+            dvfs: None,
+        },
+        runs: req.runs,
+        clock_reads: 5,
+        trigger_line: 0,
+        target: None,
+        preheat_s: 0.0,
+    };
+    let run = Run {
+        output: req.out.join("profile.arrow"),
+        rate_hz: Some(setup.rate_hz),
+        bin_s: setup.bin_s,
+        scenario: req.scenario.clone(),
+        rig: req.rig.clone(),
+        rig_rise_s: None,
+        target_error: None,
+    };
+    let truth = req.out.join("truth");
+    let profiled = crate::profile::on_loaded_twin(
+        &setup.loaded,
+        Some(&truth),
+        &run,
+        &plan,
+        req.seed,
+        true,
+        |a| on(Stage::Train(a)),
+    )?;
+    Ok((run, profiled))
+}
+
+/// The logger identified from the rig, its model written to `logger.toml`.
+fn identify(
+    req: &Request,
+    profile: &Path,
+    on: &mut dyn FnMut(Stage<'_>),
+) -> anyhow::Result<(Calibrated, PathBuf)> {
+    let path = req.out.join("logger.toml");
+    let on = RefCell::new(on);
+    let request = calibrate::Request {
+        period_ms: req.period_ms,
+        ..calibrate::Request::default()
+    };
+    let cal = calibrate::calibrate(profile, None, request, |m| {
+        (on.borrow_mut())(Stage::Calibrating(m))
+    })?;
+    cal.model.write(&path)?;
+    Ok((cal, path))
+}
+
+/// The checks the demo exists for: the corrected profile's steps, phases, energy and RMS
+/// error against the truth's (the rows' first is the truth, the third the raw stitched
+/// profile, the fourth the corrected one).
+fn checks(rows: &[(&str, Score)], tol: &Tolerances) -> Vec<Check> {
+    let (truth, raw, cor) = (&rows[0].1, &rows[2].1, &rows[3].1);
+    let rel = |a: f64, b: f64| (a - b) / b;
+    let mut checks = Vec::new();
+    for (j, (got, want)) in cor.step_s.iter().zip(&truth.step_s).enumerate() {
+        let err = got.zip(*want).map(|(g, w)| g - w);
+        checks.push(Check {
+            what: format!("step {} within {} µs of the truth", j + 1, tol.step_s * 1e6),
+            measured: err.map_or("no step".into(), |e| format!("{:+.1} µs", e * 1e6)),
+            pass: err.is_some_and(|e| e.abs() <= tol.step_s),
+        });
+    }
+    for (j, (&got, &want)) in cor.phase_w.iter().zip(&truth.phase_w).enumerate() {
+        let e = rel(got, want);
+        checks.push(Check {
+            what: format!(
+                "phase {} power within {} % of the truth",
+                j + 1,
+                tol.phase * 100.0
+            ),
+            measured: format!("{:+.2} %", e * 100.0),
+            pass: e.abs() <= tol.phase,
+        });
+    }
+    let e = rel(cor.energy_j, truth.energy_j);
+    checks.push(Check {
+        what: "energy per execution within 2 % of the truth".into(),
+        measured: format!("{:+.2} %", e * 100.0),
+        pass: e.abs() <= 0.02,
+    });
+    checks.push(Check {
+        what: format!(
+            "RMS error at most {:.3} of the raw stitched profile's",
+            tol.rms_ratio
+        ),
+        measured: format!(
+            "{:.2} W against {:.2} W ({:.3})",
+            cor.rms_w,
+            raw.rms_w,
+            cor.rms_w / raw.rms_w
+        ),
+        pass: cor.rms_w <= raw.rms_w * tol.rms_ratio,
+    });
+    checks
+}
+
+/// Every figure of the demo, as `figures.json` holds them.
+fn figures(
+    req: &Request,
+    setup: &Setup,
+    cal: &Calibrated,
+    c: &Corrected,
+    scored: &Scored,
+    checks: &[Check],
+) -> serde_json::Value {
+    let (a, d, rig) = (&c.analysis, &c.d, &setup.loaded.rig);
+    let raw = &scored.profiles.raw;
+    serde_json::json!({
+        "scenario": setup.loaded.scenario.description,
+        "rig": {"name": rig.name, "summary": railtrace_rig::summary(rig)},
+        "rate_hz": setup.rate_hz,
+        "resolution": setup.resolution,
+        "runs": req.runs,
+        "executions_kept": a.executions.iter().filter(|e| e.kept).count(),
+        "bin_s": d.dt_s,
+        "logger": cal.model,
+        "idle_w": c.idle_w,
+        "reference_lag_s": c.reference_lag_s,
+        "duration_s": scored.duration_s,
+        "lambda": d.lambda,
+        "rule": d.rule,
+        "noise_scale": d.noise_scale,
+        "segments": d.segments,
+        "energy_band_j": [d.energy_lo_j, d.energy_hi_j],
+        "rows": scored.rows.iter().map(|(n, s)| serde_json::json!({"profile": n, "score": s})).collect::<Vec<_>>(),
+        "raw_peak_w": raw.iter().map(|c| c.w).filter(|w| w.is_finite()).fold(f64::NAN, f64::max),
+        "checks": checks,
+    })
+}
