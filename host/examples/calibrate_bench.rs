@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use railtrace::recording::{Derive, Event, Meta, Writer, FORMAT_VERSION};
+use railtrace::store::recording::{Derive, Event, Meta, Writer, FORMAT_VERSION};
 
 const RATE: u64 = 100_000;
 const TICK_HZ: u64 = 100_000_000;

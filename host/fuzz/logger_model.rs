@@ -4,7 +4,7 @@
 
 pub fn check_logger_model(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
-    match railtrace::logger_model::LoggerModel::parse(std::path::Path::new("fuzz.toml"), &text) {
+    match railtrace::analysis::logger_model::LoggerModel::parse(std::path::Path::new("fuzz.toml"), &text) {
         Ok(m) => assert!(m.period_s.is_finite() && m.period_s > 0.0),
         Err(e) => assert!(!e.to_string().contains('\n'), "{e}"),
     }

@@ -4,7 +4,7 @@
 // and its columns as the format documents them.
 
 pub fn check_recording(data: &[u8]) {
-    use railtrace::recording::{self, Kind, Rows};
+    use railtrace::store::recording::{self, Kind, Rows};
     let path = std::env::temp_dir().join(format!("railtrace-fuzz-{}.arrow", std::process::id()));
     std::fs::write(&path, data).expect("the temp dir is writable");
     if let Ok(r) = recording::read(&path) {

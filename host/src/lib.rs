@@ -1,26 +1,24 @@
-//! The railtrace host library: talking to a rig ([`transport`]), capturing its stream
-//! ([`capture`]) into a [`recording`], and importing other instruments' traces
-//! ([`import`]).
+//! The railtrace host library, its modules grouped by the stage of the data flow:
+//! - [`link`]: the device link and capture: talking to a rig, capturing its stream into a
+//!   recording, a capture in the background read as it goes (the energy over windows),
+//!   the trigger outputs a host drives, the live view;
+//! - [`store`]: recordings and exports: the recording format, Parquet/CSV/Perfetto
+//!   exports, imports of other instruments' traces, summaries and pictures of a recording;
+//! - [`gpu`]: GPU runners and loggers (the twin's, AMD's, NVIDIA's), and the stages that
+//!   drive a GPU beside the rig: the profiling run and the DVFS latency run;
+//! - [`analysis`]: analysis and reports: the profiling run's analysis, the logger's
+//!   calibration and the correction of its profile, power models, paired traces;
+//! - [`demo`]: the whole job on the digital twin, the stages composed.
 pub mod analysis;
-pub mod calibrate;
 pub mod capture;
-pub mod correct;
 pub mod demo;
-pub mod dvfs;
-pub mod export;
 pub mod gpu;
-pub mod import;
-pub mod inspect;
-pub mod logger_model;
+pub mod link;
 pub mod meter;
-pub mod model;
-pub mod paired;
-pub mod plot;
-pub mod profile;
-pub mod recording;
-pub mod report_plot;
-pub mod stop;
-pub mod survey;
+pub mod store;
 pub mod transport;
-pub mod trigger;
-pub mod view;
+
+// Paths the capture, the meter and the Python package still use.
+pub use analysis::{calibrate, correct, logger_model};
+pub use gpu::profile;
+pub use store::{inspect, recording};

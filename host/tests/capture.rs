@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use railtrace::capture::{capture, Config, Counters, Summary};
-use railtrace::recording::{self, Kind, Recording, Rows};
+use railtrace::store::recording::{self, Kind, Recording, Rows};
 
 mod common;
 use common::TempDir;

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use arrow_array::{Array, BooleanArray, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use railtrace::export::{self, ExportError, Format, Options};
-use railtrace::recording::{self, Event, Kind, Meta, Recording, Rows, Writer};
+use railtrace::store::export::{self, ExportError, Format, Options};
+use railtrace::store::recording::{self, Event, Kind, Meta, Recording, Rows, Writer};
 use serde_json::Value;
 
 mod common;

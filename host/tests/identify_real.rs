@@ -14,7 +14,7 @@ use std::path::Path;
 use common::data_root;
 use std::time::Instant;
 
-use railtrace::import::pmd::{guess_utc_offset_h, parse_smi, read_run};
+use railtrace::store::import::pmd::{guess_utc_offset_h, parse_smi, read_run};
 use railtrace_calibration::logger::{
     identify, period_from_changes, Estimate, Family, FamilyFit, Identification, LatticeBuilder,
     Options, Reference, Shape,

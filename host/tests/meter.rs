@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use railtrace::capture::Config;
 use railtrace::meter::Meter;
-use railtrace::recording::{self, Kind, Rows};
+use railtrace::store::recording::{self, Kind, Rows};
 
 mod common;
 use common::TempDir;

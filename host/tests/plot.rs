@@ -4,8 +4,8 @@
 use std::path::Path;
 use std::process::Command;
 
-use railtrace::plot::{self, Bin, Options};
-use railtrace::recording::{self, Event, Meta, Writer};
+use railtrace::store::plot::{self, Bin, Options};
+use railtrace::store::recording::{self, Event, Meta, Writer};
 
 mod common;
 use common::TempDir;

@@ -6,11 +6,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use railtrace::analysis::{analyse, Analysis, Options};
+use railtrace::analysis::stitch::{analyse, Analysis, Options};
 use railtrace::capture::{capture, Config, Counters};
+use railtrace::gpu::profile::{acquire, rig_path, Plan};
 use railtrace::gpu::twin::{TwinGpu, TwinTrigger};
 use railtrace::gpu::Launch;
-use railtrace::profile::{acquire, rig_path, Plan};
 use railtrace_calibration::binning::cluster;
 use railtrace_calibration::stitch::{assign, profile, Execution, Policy, Reading};
 
@@ -96,7 +96,10 @@ fn run_trains(
     stop.store(true, Ordering::Relaxed);
     rig.join().unwrap().unwrap();
     let a = analyse(&out, &rig_path(&out), options).unwrap();
-    let epoch = railtrace::recording::read(&out).unwrap().meta.epoch_utc_ns;
+    let epoch = railtrace::store::recording::read(&out)
+        .unwrap()
+        .meta
+        .epoch_utc_ns;
     (a, twin, epoch)
 }
 
@@ -319,7 +322,7 @@ fn sse_and_ssp_energies_per_execution_are_the_twins_within_3_percent() {
 
 #[test]
 fn correct_undoes_the_twins_box_logger_and_keeps_the_energy() {
-    use railtrace::logger_model::{LoggerModel, Provenance, FORMAT, VERSION};
+    use railtrace::analysis::logger_model::{LoggerModel, Provenance, FORMAT, VERSION};
     let loaded = railtrace_twin::default_scenario();
     let dir = TempDir::new("profile-correct");
     let (a, twin, _) = run(&loaded, 600, &dir, &Options::default());

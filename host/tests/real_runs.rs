@@ -40,17 +40,18 @@ fn every_logger_column_is_kept_and_each_edge_counted_once() {
     let mut edges = 0;
     for b in t {
         let b = b.unwrap();
-        let rows = railtrace::recording::Rows::new(&b);
+        let rows = railtrace::store::recording::Rows::new(&b);
         for i in 0..rows.len() {
             match rows.kind(i) {
-                railtrace::recording::Kind::Logger => {
+                railtrace::store::recording::Kind::Logger => {
                     n += 1;
                     for (k, c) in cols.iter().enumerate() {
-                        have[k] +=
-                            usize::from(railtrace::recording::Rows::get(rows.f64(c), i).is_some());
+                        have[k] += usize::from(
+                            railtrace::store::recording::Rows::get(rows.f64(c), i).is_some(),
+                        );
                     }
                 }
-                railtrace::recording::Kind::Edge => edges += 1,
+                railtrace::store::recording::Kind::Edge => edges += 1,
                 _ => {}
             }
         }

@@ -2,8 +2,10 @@
 //! SVG and PNG; the all-SSE and empty cases; the errors; and the command end to end on
 //! the twin.
 
-use railtrace::analysis::{Aligned, Analysis, Link, Options as AnalysisOptions, Point, Support};
-use railtrace::report_plot::{self, Options};
+use railtrace::analysis::report_plot::{self, Options};
+use railtrace::analysis::stitch::{
+    Aligned, Analysis, Link, Options as AnalysisOptions, Point, Support,
+};
 
 mod common;
 use common::TempDir;

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use railtrace::import::pmd::read_run;
+use railtrace::store::import::pmd::read_run;
 
 fn data(run: &str) -> Option<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -3,9 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use railtrace::calibrate::Family;
-use railtrace::calibrate::{calibrate, Calibrated, Request};
-use railtrace::recording::LoggerColumn;
+use railtrace::analysis::calibrate::Family;
+use railtrace::analysis::calibrate::{calibrate, Calibrated, Request};
+use railtrace::store::recording::LoggerColumn;
 
 /// Identifies things against the rig.
 #[derive(Debug, clap::Args)]

@@ -87,7 +87,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         replace: args.force,
         tap: None,
     };
-    let stop = railtrace::stop::install().map_err(anyhow::Error::msg)?;
+    let stop = railtrace::link::stop::install().map_err(anyhow::Error::msg)?;
     let counters = Arc::new(Counters::default());
     let bar = if args.json {
         indicatif::ProgressBar::hidden()

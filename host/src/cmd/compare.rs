@@ -4,9 +4,9 @@
 
 use std::path::PathBuf;
 
-use railtrace::logger_model::LoggerModel;
-use railtrace::paired::{self, Deconvolution, Measures};
-use railtrace::recording::LoggerColumn;
+use railtrace::analysis::logger_model::LoggerModel;
+use railtrace::analysis::paired::{self, Deconvolution, Measures};
+use railtrace::store::recording::LoggerColumn;
 use serde::Serialize;
 
 /// Compares the GPU's logger with the reference meter over a paired run.

@@ -3,9 +3,9 @@
 
 use std::path::PathBuf;
 
-use railtrace::correct::{correct, figures, write};
-use railtrace::logger_model::LoggerModel;
-use railtrace::profile::rig_path;
+use railtrace::analysis::correct::{correct, figures, write};
+use railtrace::analysis::logger_model::LoggerModel;
+use railtrace::gpu::profile::rig_path;
 
 /// Deconvolves a profiling run's stitched GPU-logger profile with the logger's identified
 /// response (regularised, power ≥ 0, the idle level before the kernel imposed), writing

@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
-use railtrace::dvfs::{latencies, on_twin, Latencies, Options, Plan};
-use railtrace::profile::rig_path;
+use railtrace::gpu::dvfs::{latencies, on_twin, Latencies, Options, Plan};
+use railtrace::gpu::profile::rig_path;
 
 /// DVFS measurements.
 #[derive(Debug, clap::Args)]
@@ -89,9 +89,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(o.window_s > 0.0, "--window-ms {window_ms}: must be > 0");
     if input.is_none() {
         for out in [output.clone(), rig_path(&output)] {
-            railtrace::recording::check_output(&out, force)?;
+            railtrace::store::recording::check_output(&out, force)?;
         }
-        railtrace::stop::install().map_err(anyhow::Error::msg)?;
+        railtrace::link::stop::install().map_err(anyhow::Error::msg)?;
     }
     let run = match input {
         Some(p) => p,
@@ -138,7 +138,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let l = latencies(&run, &rig_path(&run), &o)?;
     if let Some(p) = &plot {
-        railtrace::dvfs::plot(&l, &run, p)?;
+        railtrace::gpu::dvfs::plot(&l, &run, p)?;
     }
     if json {
         println!("{}", serde_json::to_string_pretty(&l)?);

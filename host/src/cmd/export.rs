@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
-use railtrace::export::{self, Format, Options};
-use railtrace::recording::{self, Kind};
+use railtrace::store::export::{self, Format, Options};
+use railtrace::store::recording::{self, Kind};
 
 /// Writes a recording as Parquet or CSV (for pandas and polars), or as a Perfetto /
 /// Chrome trace-event JSON trace: power as counter tracks, trigger edges and the

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use railtrace::import::pmd_run;
+use railtrace::store::import::pmd_run;
 
 /// Imports traces recorded with other instruments.
 #[derive(Debug, clap::Args)]
@@ -47,7 +47,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
         .unwrap_or_else(|| "import".into());
     let output = output.unwrap_or_else(|| PathBuf::from(format!("{name}.arrow")));
-    railtrace::recording::check_output(&output, force)?;
+    railtrace::store::recording::check_output(&output, force)?;
     let said = pmd_run(&dir, &output, utc_offset)?;
     eprintln!("railtrace import: {said}");
     Ok(())

@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
-use railtrace::inspect::summarise;
-use railtrace::recording;
+use railtrace::store::inspect::summarise;
+use railtrace::store::recording;
 
 /// Prints a recording's summary: source, device, rows of each kind, time span, gaps and
 /// their causes, trigger edges, power per rail, the GPU logger's readings and its energy

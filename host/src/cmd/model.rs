@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::bail;
-use railtrace::logger_model::LoggerModel;
-use railtrace::model::{
+use railtrace::analysis::logger_model::LoggerModel;
+use railtrace::analysis::model::{
     fit_runs, is_rig_capture, observe_all, plot, score, validation, validation_table, Against, Gpu,
     ModelKind, PowerModel, Run,
 };

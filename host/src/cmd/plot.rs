@@ -3,9 +3,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use railtrace::logger_model::LoggerModel;
-use railtrace::recording::LoggerColumn;
-use railtrace::{paired, plot, recording};
+use railtrace::analysis::logger_model::LoggerModel;
+use railtrace::analysis::paired;
+use railtrace::store::recording::LoggerColumn;
+use railtrace::store::{plot, recording};
 
 /// Plots a recording: each rail's power and the total against time (min/max band per
 /// pixel column, mean line), gaps shaded, trigger edges marked, the GPU logger's readings

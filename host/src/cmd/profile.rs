@@ -2,13 +2,13 @@
 
 use std::path::PathBuf;
 
-use railtrace::analysis::Options;
+use railtrace::analysis::stitch::Options;
+use railtrace::gpu::profile::{rig_path, Acquired, Plan, Profiled, Run, Target};
 use railtrace::gpu::Launch;
 #[cfg(any(feature = "rocm", feature = "cuda"))]
 use railtrace::gpu::{GpuRunner, PowerLogger};
-use railtrace::profile::{rig_path, Acquired, Plan, Profiled, Run, Target};
 #[cfg(any(feature = "rocm", feature = "cuda"))]
-use railtrace::trigger::TriggerOut;
+use railtrace::link::trigger::TriggerOut;
 
 /// Runs a kernel many times with random delays, recording the GPU's executions, its
 /// clock, its own power logger and the rig's capture of the same run.
@@ -125,9 +125,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         args.preheat_s
     );
     for out in [args.output.clone(), rig_path(&args.output)] {
-        railtrace::recording::check_output(&out, args.force)?;
+        railtrace::store::recording::check_output(&out, args.force)?;
     }
-    railtrace::stop::install().map_err(anyhow::Error::msg)?;
+    railtrace::link::stop::install().map_err(anyhow::Error::msg)?;
     let plan = Plan {
         launch: Launch {
             kernel: args.kernel.clone(),
@@ -164,7 +164,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
             let run = run_of(&args);
             profile_with(&run, &plan, |progress| {
-                railtrace::profile::on_twin(&run, &plan, args.seed, !args.no_rig, progress)
+                railtrace::gpu::profile::on_twin(&run, &plan, args.seed, !args.no_rig, progress)
             })
         }
         #[cfg(feature = "rocm")]
@@ -209,12 +209,12 @@ fn real_gpu(args: &Args, plan: &Plan, runner: &mut dyn GpuRunner) -> anyhow::Res
             eprintln!(
                 "railtrace profile: no --port: the GPU's logger alone, without a rig (its profile is not deconvolved)"
             );
-            Box::new(railtrace::trigger::Quiet)
+            Box::new(railtrace::link::trigger::Quiet)
         }
     };
     let (port, run) = (args.port.as_deref(), run_of(args));
     profile_with(&run, plan, |progress| {
-        railtrace::profile::profile(
+        railtrace::gpu::profile::profile(
             &run,
             plan,
             port,
@@ -238,7 +238,7 @@ fn open_logger(args: &Args) -> anyhow::Result<Box<dyn PowerLogger + Send>> {
 /// with `:active-low` after either.
 #[cfg(any(feature = "rocm", feature = "cuda"))]
 fn open_trigger(args: &Args) -> anyhow::Result<Box<dyn TriggerOut>> {
-    use railtrace::trigger::serial::{Line, SerialTrigger};
+    use railtrace::link::trigger::serial::{Line, SerialTrigger};
     let spec = args.trigger.as_deref().ok_or_else(|| {
         anyhow::anyhow!(
             "--gpu {} needs --trigger serial:PATH:rts|dtr or gpio:CHIP:LINE",
@@ -255,7 +255,7 @@ fn open_trigger(args: &Args) -> anyhow::Result<Box<dyn TriggerOut>> {
     Ok(match (kind, what) {
         ("serial", "rts") => Box::new(SerialTrigger::open(path.as_ref(), Line::Rts, active_high)?),
         ("serial", "dtr") => Box::new(SerialTrigger::open(path.as_ref(), Line::Dtr, active_high)?),
-        ("gpio", line) => Box::new(railtrace::trigger::gpio::GpioTrigger::open(
+        ("gpio", line) => Box::new(railtrace::link::trigger::gpio::GpioTrigger::open(
             path.as_ref(),
             line.parse().map_err(|_| bad())?,
             active_high,

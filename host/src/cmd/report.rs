@@ -4,9 +4,9 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use railtrace::analysis::{analyse, Options};
-use railtrace::profile::rig_path;
-use railtrace::report_plot;
+use railtrace::analysis::report_plot;
+use railtrace::analysis::stitch::{analyse, Options};
+use railtrace::gpu::profile::rig_path;
 
 /// Aligns the clocks of a profiling run, bins its executions and stitches the GPU
 /// logger's readings and the rig's samples onto the kernel's time axis.

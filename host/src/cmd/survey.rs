@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use railtrace::survey::{markdown, survey};
+use railtrace::analysis::survey::{markdown, survey};
 
 /// Calibrates and compares every logger column of every paired run found.
 #[derive(Debug, clap::Args)]

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use railtrace::view::LiveOptions;
+use railtrace::link::view::LiveOptions;
 
 /// Shows a rig live in a web browser (or a recording, over its whole length): power per
 /// rail and in total with min/max envelopes, trigger edges, gaps, the device's status, and
@@ -67,11 +67,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         anyhow::bail!("--logger {l}: a real GPU's logger, drawn beside a rig on --port (the twin's is drawn already; a recording's are in it)");
     }
     if let Some(out) = &args.output {
-        railtrace::recording::check_output(out, args.force)?;
+        railtrace::store::recording::check_output(out, args.force)?;
     }
-    let ctrl_c = railtrace::view::ctrl_c()?;
+    let ctrl_c = railtrace::link::view::ctrl_c()?;
     if let Some(file) = &args.file {
-        return railtrace::view::browse(file, args.listen, args.seconds, ctrl_c, announce);
+        return railtrace::link::view::browse(file, args.listen, args.seconds, ctrl_c, announce);
     }
     let opts = LiveOptions {
         twin: args.twin.then(|| (args.scenario.clone(), args.rig.clone())),
@@ -91,7 +91,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let (summary, temporary) = railtrace::view::live(&opts, logger, ctrl_c, announce)?;
+    let (summary, temporary) = railtrace::link::view::live(&opts, logger, ctrl_c, announce)?;
     let p = &summary.progress;
     eprintln!(
         "railtrace view: {} samples; frames lost {}, device drops {}, host drops {}, gaps {}{}",

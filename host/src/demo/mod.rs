@@ -15,10 +15,10 @@ use std::time::Instant;
 use anyhow::Context;
 use railtrace_twin::scenario::Loaded;
 
-use crate::calibrate::{self, Calibrated};
-use crate::correct::{self, Corrected};
+use crate::analysis::calibrate::{self, Calibrated};
+use crate::analysis::correct::{self, Corrected};
+use crate::gpu::profile::{rig_path, Acquired, Plan, Profiled, Run};
 use crate::gpu::Launch;
-use crate::profile::{rig_path, Acquired, Plan, Profiled, Run};
 pub use report::{picture, Curve};
 pub use score::{cells, mean_over, Cell, Score, Scored, Stitched, TrueExecution, Truth};
 
@@ -327,7 +327,7 @@ fn profile(
         target_error: None,
     };
     let truth = req.out.join("truth");
-    let profiled = crate::profile::on_loaded_twin(
+    let profiled = crate::gpu::profile::on_loaded_twin(
         &setup.loaded,
         Some(&truth),
         &run,

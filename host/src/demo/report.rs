@@ -10,7 +10,7 @@ use plotters::prelude::*;
 
 use super::score::{Cell, Score, Scored};
 use super::Check;
-use crate::export::{export, Format, Options as ExportOptions};
+use crate::store::export::{export, Format, Options as ExportOptions};
 
 /// The rows (the first the truth) as a table: each phase's power and its error, each
 /// step's time, the energy per execution and its error, the RMS error.
@@ -148,7 +148,7 @@ pub fn write(
     ] {
         let target = out.join(name);
         export(
-            &crate::recording::open(path)?,
+            &crate::store::recording::open(path)?,
             &target,
             &ExportOptions::new(format),
         )?;
@@ -311,10 +311,10 @@ pub fn picture(
     wide: (f64, f64),
     zoom: (f64, f64),
 ) -> anyhow::Result<Option<String>> {
-    crate::plot::register_font()?;
+    crate::store::plot::register_font()?;
     let size = (1400, 1100);
-    match crate::plot::Format::of(out)? {
-        crate::plot::Format::Svg => {
+    match crate::store::plot::Format::of(out)? {
+        crate::store::plot::Format::Svg => {
             let mut text = String::new();
             draw(
                 SVGBackend::with_string(&mut text, size).into_drawing_area(),
@@ -329,7 +329,7 @@ pub fn picture(
                 .with_context(|| format!("cannot write {}", out.display()))?;
             Ok(Some(text))
         }
-        crate::plot::Format::Png => {
+        crate::store::plot::Format::Png => {
             std::fs::File::create(out).map_err(|e| anyhow!("{}: {e}", out.display()))?;
             draw(
                 BitMapBackend::new(out, size).into_drawing_area(),

@@ -62,7 +62,7 @@ impl Truth {
     /// 5 µs).
     pub fn executions_of(
         &self,
-        aligned: &[crate::analysis::Aligned],
+        aligned: &[crate::analysis::stitch::Aligned],
     ) -> anyhow::Result<&[TrueExecution]> {
         let n = aligned.len();
         anyhow::ensure!(
@@ -181,7 +181,7 @@ impl<'a> Stitched<'a> {
     /// executions of the same run (from [`Truth::executions_of`]).
     pub fn of_kept(
         truth: &'a Truth,
-        aligned: &[crate::analysis::Aligned],
+        aligned: &[crate::analysis::stitch::Aligned],
         mine: &'a [TrueExecution],
     ) -> anyhow::Result<Stitched<'a>> {
         let kept = aligned
@@ -330,7 +330,7 @@ impl<'a> Stitched<'a> {
 
 /// A stitched profile's bins as cells (bins without data NaN, left out by
 /// [`mean_over`]).
-pub fn cells(points: &[crate::analysis::Point]) -> Vec<Cell> {
+pub fn cells(points: &[crate::analysis::stitch::Point]) -> Vec<Cell> {
     points
         .iter()
         .map(|p| Cell {
@@ -409,7 +409,7 @@ pub struct Profiles {
 /// # Errors
 ///
 /// The truth not holding the run's executions.
-pub fn score(truth: &Truth, c: &crate::correct::Corrected) -> anyhow::Result<Scored> {
+pub fn score(truth: &Truth, c: &crate::analysis::correct::Corrected) -> anyhow::Result<Scored> {
     let (a, d) = (&c.analysis, &c.d);
     let mine = truth.executions_of(&a.executions)?;
     let st = Stitched::of_kept(truth, &a.executions, mine)?;
@@ -427,7 +427,7 @@ pub fn score(truth: &Truth, c: &crate::correct::Corrected) -> anyhow::Result<Sco
         .collect();
     let raw = cells(&a.logger);
     let rig = cells(&a.rig);
-    let through = crate::correct::through_logger(
+    let through = crate::analysis::correct::through_logger(
         &rig.iter().map(|c| (c.lo, c.w)).collect::<Vec<_>>(),
         a.options.bin_s,
         &c.logger,

@@ -21,7 +21,7 @@ use super::{
     host_now_ns, idle_before_launch, triggered, ClockRead, ExecutionRecord, GpuError, GpuRunner,
     Launch,
 };
-use crate::trigger::TriggerOut;
+use crate::link::trigger::TriggerOut;
 
 /// Each phase's length the kernels are sized for, s.
 pub const PHASE_S: f64 = 100e-6;
@@ -163,7 +163,7 @@ mod tests {
                     dvfs: None,
                 };
                 let c = runner.read_clock().unwrap();
-                let mut line = crate::trigger::Quiet;
+                let mut line = crate::link::trigger::Quiet;
                 let e = runner.run(&launch, &mut line).unwrap();
                 assert_eq!(e.len(), 4);
                 assert!(e

@@ -6,17 +6,22 @@
 //! - [`PowerLogger`]: the GPU's own power logger, each reading with its own timestamp and
 //!   the clock that timestamp is on.
 //!
-//! Trigger outputs (the runner's marker to the rig) are in [`crate::trigger`].
+//! Trigger outputs (the runner's marker to the rig) are in [`crate::link::trigger`].
+//!
+//! On them, the stages that drive a GPU beside the rig: [`profile`] (FinGraV's profiling
+//! run) and [`dvfs`] (DVFS switching latency).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub mod amd_dvfs;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod dvfs;
 pub mod gpu_metrics;
 pub mod hwmon;
 #[cfg(feature = "nvml")]
 pub mod nvml;
+pub mod profile;
 pub mod recorded;
 #[cfg(feature = "rocm")]
 pub mod rocm;
@@ -154,7 +159,7 @@ pub trait GpuRunner {
     fn run(
         &mut self,
         launch: &Launch,
-        trigger: &mut dyn crate::trigger::TriggerOut,
+        trigger: &mut dyn crate::link::trigger::TriggerOut,
     ) -> Result<Vec<ExecutionRecord>, GpuError>;
     /// The DVFS levels the runner can ask for, by name (none by default).
     fn dvfs_levels(&self) -> Vec<String> {
@@ -207,7 +212,7 @@ pub(crate) fn idle_before_launch((lo, hi): (f64, f64), rng: &mut u64) {
 /// it failed (its error then comes first).
 #[cfg(any(feature = "rocm", feature = "cuda"))]
 pub(crate) fn triggered<T>(
-    trigger: &mut dyn crate::trigger::TriggerOut,
+    trigger: &mut dyn crate::link::trigger::TriggerOut,
     train: impl FnOnce() -> Result<T, GpuError>,
 ) -> Result<T, GpuError> {
     let name = trigger.describe();

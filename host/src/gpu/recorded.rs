@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use super::{GpuError, LoggerReading, PowerLogger, Stamp};
-use crate::recording::{self, Kind, Rows};
+use crate::store::recording::{self, Kind, Rows};
 
 /// The `logger` rows of a recording.
 #[derive(Debug)]
@@ -73,7 +73,7 @@ impl PowerLogger for RecordedLogger {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::recording::{Event, Meta, Writer, FORMAT_VERSION};
+    use crate::store::recording::{Event, Meta, Writer, FORMAT_VERSION};
 
     #[test]
     fn an_imported_loggers_readings_come_back_with_their_host_times() {

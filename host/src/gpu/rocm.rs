@@ -42,7 +42,7 @@ use super::{
     host_now_ns, idle_before_launch, triggered, ClockRead, DvfsRequest, ExecutionRecord, GpuError,
     GpuRunner, Launch,
 };
-use crate::trigger::TriggerOut;
+use crate::link::trigger::TriggerOut;
 
 /// Bytes one `memset` execution writes.
 pub const MEMSET_BYTES: usize = 768 << 20;
@@ -306,7 +306,7 @@ fn error(what: &str, e: HipError) -> GpuError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trigger::{Driven, TriggerError};
+    use crate::link::trigger::{Driven, TriggerError};
 
     /// A trigger that only counts edges.
     #[derive(Debug, Default)]

@@ -15,7 +15,7 @@ use super::{
     ClockRead, DvfsRequest, ExecutionRecord, GpuError, GpuRunner, Launch, LoggerReading,
     PowerLogger, Stamp,
 };
-use crate::trigger::{Driven, TriggerError, TriggerOut};
+use crate::link::trigger::{Driven, TriggerError, TriggerOut};
 
 /// The twin's GPU side, shared by its runner and logger: both draw on the twin's one
 /// output queue.

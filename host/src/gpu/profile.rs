@@ -13,11 +13,11 @@ use anyhow::Context;
 
 use railtrace_calibration::align::{fit_brackets, Bracket};
 
-use crate::analysis::{gpu_view, GpuSide, LoggerStamp};
+use crate::analysis::stitch::{gpu_view, GpuSide, LoggerStamp};
 use crate::capture::{capture, Config, Counters, Summary};
 use crate::gpu::{host_now_ns, ExecutionRecord, GpuError, GpuRunner, Launch, PowerLogger, Stamp};
-use crate::recording::{Event, Meta, RecordingError, Writer, FORMAT_VERSION};
-use crate::trigger::{Driven, Quiet, TriggerError, TriggerOut};
+use crate::link::trigger::{Driven, Quiet, TriggerError, TriggerOut};
+use crate::store::recording::{Event, Meta, RecordingError, Writer, FORMAT_VERSION};
 
 /// Why a profiling run failed.
 #[derive(Debug, thiserror::Error)]
@@ -64,7 +64,7 @@ pub struct Target {
     /// Runs between checks.
     pub every: usize,
     /// The stitching (bin width, horizon).
-    pub options: crate::analysis::Options,
+    pub options: crate::analysis::stitch::Options,
 }
 
 /// What a run produced.
@@ -84,7 +84,7 @@ pub struct Acquired {
     pub planned_runs: Option<u64>,
     /// The target error was reached.
     pub reached: bool,
-    /// Ended early on Ctrl-C, SIGTERM or SIGHUP (see [`crate::stop`]).
+    /// Ended early on Ctrl-C, SIGTERM or SIGHUP (see [`crate::link::stop`]).
     pub interrupted: bool,
 }
 
@@ -302,7 +302,7 @@ pub fn acquire(
     };
     out.clock(runner, plan.clock_reads)?;
     for _ in 0..plan.runs {
-        if crate::stop::requested() {
+        if crate::link::stop::requested() {
             out.n.interrupted = true;
             break;
         }

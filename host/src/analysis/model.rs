@@ -39,10 +39,10 @@ use railtrace_calibration::power::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::{analyse, Analysis, Options};
+use crate::analysis::logger_model::LoggerModel;
+use crate::analysis::stitch::{analyse, Analysis, Options};
 use crate::demo::{cells, mean_over};
-use crate::logger_model::LoggerModel;
-use crate::recording::{self, Kind, Rows};
+use crate::store::recording::{self, Kind, Rows};
 
 /// The value of `format` in a model file.
 pub const FORMAT: &str = "railtrace-power-model";
@@ -50,7 +50,7 @@ pub const FORMAT: &str = "railtrace-power-model";
 pub const VERSION: u32 = 1;
 
 /// The built-in GPU description: the twin's DVFS bench.
-pub const DVFS_SCENARIO: &str = include_str!("../../hardware/scenarios/dvfs.toml");
+pub const DVFS_SCENARIO: &str = include_str!("../../../hardware/scenarios/dvfs.toml");
 
 /// The idle stretch after each execution's end whose rig power is the idle level, s
 /// (inside the shortest default delay between executions, 1 ms).
@@ -375,7 +375,7 @@ pub fn observe(
     })?;
     let level = gpu.level(&level)?.clone();
     let util = gpu.util(&kernel, &level)?;
-    let rig = crate::profile::rig_path(path);
+    let rig = crate::gpu::profile::rig_path(path);
     let (a, corrected): (Analysis, Option<(f64, f64)>) = match correct {
         Some(c) => {
             let (a, p, idle) = c(path, &rig)?;
@@ -1003,7 +1003,7 @@ pub fn plot(models: &[(PowerModel, Vec<Scored>)], runs: &[Run], out: &Path) -> a
             .draw()?;
         root.present()
     }
-    crate::plot::draw_to!(out, (1600, 800), |root| draw(root, models, runs));
+    crate::store::plot::draw_to!(out, (1600, 800), |root| draw(root, models, runs));
     Ok(())
 }
 
@@ -1060,7 +1060,7 @@ pub fn fit_runs(
                 "against the corrected logger needs the logger's model (from `railtrace calibrate`)"
             )
         })?;
-        let c = crate::correct::correct(run, rig, m, p, bin_s)?;
+        let c = crate::analysis::correct::correct(run, rig, m, p, bin_s)?;
         Ok((c.analysis, c.d.energy_j / c.duration_s, c.idle_w))
     };
     let correct: Option<Correction<'_>> = (against == Against::Corrected).then_some(&correct_fn);

@@ -36,9 +36,9 @@ use anyhow::Context;
 
 use crate::capture::{capture, Config, Counters, Progress, Tap};
 use crate::gpu::{PowerLogger, Stamp};
-use crate::plot::{self, Bin};
-use crate::recording::{self, Event, Kind};
-use crate::stop;
+use crate::link::stop;
+use crate::store::plot::{self, Bin};
+use crate::store::recording::{self, Event, Kind};
 
 /// The live buckets' width, s.
 pub const BUCKET_S: f64 = 1e-3;
@@ -48,8 +48,8 @@ const HISTORY_S: f64 = 60.0;
 const TICK_S: f64 = 0.1;
 
 /// The page and its script, embedded: the view needs nothing from the network.
-const PAGE: &str = include_str!("../assets/view/index.html");
-const SCRIPT: &str = include_str!("../assets/view/view.js");
+const PAGE: &str = include_str!("../../assets/view/index.html");
+const SCRIPT: &str = include_str!("../../assets/view/view.js");
 
 /// What came in since the page was last sent it.
 #[derive(Debug, Default)]

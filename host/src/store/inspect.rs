@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use arrow_array::Array;
 use serde::Serialize;
 
-use crate::recording::{self, Kind, Rows};
+use crate::store::recording::{self, Kind, Rows};
 
 #[derive(Debug, Default, Serialize)]
 pub struct Power {
@@ -230,7 +230,7 @@ pub fn summarise(path: &Path) -> anyhow::Result<(Summary, Vec<String>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::recording::{Event, Meta, Writer, FORMAT_VERSION};
+    use crate::store::recording::{Event, Meta, Writer, FORMAT_VERSION};
 
     /// A GPU drawing 250 W whose counter is read at every other poll: the counter's
     /// energy and mean power, from its host read times.

@@ -15,7 +15,7 @@ use railtrace_calibration::stitch::{
 };
 use serde::Serialize;
 
-use crate::recording::{self, Kind, LoggerColumn, RecordingError, Rows};
+use crate::store::recording::{self, Kind, LoggerColumn, RecordingError, Rows};
 
 /// Why a run could not be analysed.
 #[derive(Debug, thiserror::Error)]

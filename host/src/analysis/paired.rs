@@ -21,8 +21,8 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::logger_model::LoggerModel;
-use crate::recording::{self, Kind, LoggerColumn, RecordingError, Rows};
+use crate::analysis::logger_model::LoggerModel;
+use crate::store::recording::{self, Kind, LoggerColumn, RecordingError, Rows};
 use railtrace_calibration::deconvolve::{
     self, sampled_kernel, Input, LoggerKernel, Options as DeconvolveOptions, Profile,
 };

@@ -279,10 +279,12 @@ impl LoggerModel {
         let grid: Vec<(f64, f64)> = (power_w.iter().enumerate())
             .map(|(k, &w)| (k as f64 * dt_s, w))
             .collect();
-        Ok(crate::correct::through_logger(&grid, dt_s, &logger, idle_w)
-            .into_iter()
-            .map(|p| p.1)
-            .collect())
+        Ok(
+            crate::analysis::correct::through_logger(&grid, dt_s, &logger, idle_w)
+                .into_iter()
+                .map(|p| p.1)
+                .collect(),
+        )
     }
 
     /// The model file's text (TOML, with its header).
@@ -421,7 +423,7 @@ impl LoggerModel {
 mod tests {
     use super::*;
 
-    const SHIPPED: &str = include_str!("../../calibration/loggers/a100-step.toml");
+    const SHIPPED: &str = include_str!("../../../calibration/loggers/a100-step.toml");
 
     /// Reads `text` as a model file; the error's words.
     fn read_text(name: &str, text: &str) -> Result<LoggerModel, String> {

@@ -14,8 +14,8 @@ use railtrace_calibration::deconvolve::{
 use railtrace_calibration::stats::median;
 use railtrace_calibration::stitch::ProfileBin;
 
-use crate::analysis::{analyse, execution_durations, Analysis, Options, Point};
-use crate::logger_model::LoggerModel;
+use crate::analysis::logger_model::LoggerModel;
+use crate::analysis::stitch::{analyse, execution_durations, Analysis, Options, Point};
 
 fn bins(points: &[Point]) -> Vec<ProfileBin> {
     points

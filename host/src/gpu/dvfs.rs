@@ -17,11 +17,11 @@ use std::path::Path;
 use railtrace_calibration::steps::{find_step, Step};
 use serde::Serialize;
 
-use crate::analysis::{dvfs_timeline, AnalysisError, Link, Options as LinkOptions};
+use crate::analysis::stitch::{dvfs_timeline, AnalysisError, Link, Options as LinkOptions};
+use crate::gpu::profile::ProfileError;
 use crate::gpu::{host_now_ns, GpuRunner};
-use crate::profile::ProfileError;
-use crate::recording::{Event, Meta, Writer, FORMAT_VERSION};
-use crate::trigger::TriggerOut;
+use crate::link::trigger::TriggerOut;
+use crate::store::recording::{Event, Meta, Writer, FORMAT_VERSION};
 
 /// What to ask for.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,7 +40,7 @@ pub struct Plan {
 
 /// Makes `plan`'s requests on `runner`, writing them and the trigger edges into a
 /// recording at `output`; `progress` is called with the requests made so far. Returns the
-/// requests made: fewer than planned when an end was asked for ([`crate::stop`]).
+/// requests made: fewer than planned when an end was asked for ([`crate::link::stop`]).
 pub fn acquire(
     runner: &mut dyn GpuRunner,
     trigger: &mut dyn TriggerOut,
@@ -78,10 +78,10 @@ pub fn acquire(
     let host_s = |ns: i64| (ns - epoch_ns) as f64 * 1e-9;
     let mid = |a: i64, b: i64| a + (b - a) / 2;
     let mut rng = plan.seed | 1;
-    let other = |e: crate::trigger::TriggerError| crate::gpu::GpuError::Other(e.to_string());
+    let other = |e: crate::link::trigger::TriggerError| crate::gpu::GpuError::Other(e.to_string());
     let mut made = 0;
     for i in 0..plan.switches {
-        if crate::stop::requested() {
+        if crate::link::stop::requested() {
             break;
         }
         let u = crate::gpu::uniform(&mut rng);
@@ -187,7 +187,7 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
 }
 
 /// A DVFS latency run on the digital twin of `scenario` (the built-in
-/// [`DVFS_SCENARIO`](crate::model::DVFS_SCENARIO) when none) into `output`, the rig's capture beside it at `rate_hz` (its highest when
+/// [`DVFS_SCENARIO`](crate::analysis::model::DVFS_SCENARIO) when none) into `output`, the rig's capture beside it at `rate_hz` (its highest when
 /// none): `plan.levels` empty asks for every level of the twin's GPU. `progress` is told
 /// of each request; returns the requests made (fewer when interrupted, the recordings
 /// closed and keeping them).
@@ -205,12 +205,16 @@ pub fn on_twin(
     use anyhow::Context;
     let loaded = match scenario {
         Some(p) => railtrace_twin::load_scenario(p)?,
-        None => railtrace_twin::scenario::parse("dvfs.toml", crate::model::DVFS_SCENARIO, |_| {
-            Ok((
-                "pcie-2x8pin-hs.toml".into(),
-                railtrace_twin::scenario::DEFAULT_RIG.into(),
-            ))
-        })
+        None => railtrace_twin::scenario::parse(
+            "dvfs.toml",
+            crate::analysis::model::DVFS_SCENARIO,
+            |_| {
+                Ok((
+                    "pcie-2x8pin-hs.toml".into(),
+                    railtrace_twin::scenario::DEFAULT_RIG.into(),
+                ))
+            },
+        )
         .context("the built-in DVFS scenario")?,
     };
     let twin = railtrace_twin::Twin::start(&loaded).context("the twin did not start")?;
@@ -219,14 +223,14 @@ pub fn on_twin(
     if plan.levels.is_empty() {
         plan.levels = runner.dvfs_levels();
     }
-    let rig_out = crate::profile::rig_path(output);
+    let rig_out = crate::gpu::profile::rig_path(output);
     let result = (|| {
         anyhow::ensure!(
             plan.levels.len() >= 2,
             "need two DVFS levels or more to switch between (have: {})",
             plan.levels.join(", ")
         );
-        crate::profile::with_rig(twin.path(), &rig_out, (rate_hz, None), || {
+        crate::gpu::profile::with_rig(twin.path(), &rig_out, (rate_hz, None), || {
             let settings = serde_json::json!({
                 "scenario": scenario.map(|p| p.display().to_string()),
                 "rig_recording": rig_out.display().to_string(),
@@ -319,12 +323,12 @@ type Trace = (Vec<(f64, f64)>, Option<f64>);
 /// steps found marked.
 pub fn plot(l: &Latencies, run_path: &Path, out: &Path) -> anyhow::Result<()> {
     use plotters::prelude::*;
-    crate::plot::Format::of(out)?; // before the work, the macro's check again after
+    crate::store::plot::Format::of(out)?; // before the work, the macro's check again after
     let link = LinkOptions {
         trigger_latency_s: l.options.trigger_latency_s,
         ..LinkOptions::default()
     };
-    let t = dvfs_timeline(run_path, &crate::profile::rig_path(run_path), &link)?;
+    let t = dvfs_timeline(run_path, &crate::gpu::profile::rig_path(run_path), &link)?;
     let lat_ms: Vec<f64> = l
         .switches
         .iter()
@@ -440,7 +444,7 @@ pub fn plot(l: &Latencies, run_path: &Path, out: &Path) -> anyhow::Result<()> {
         l.median_s * 1e3
     );
     let span = (span_lo * 1e3, span_hi * 1e3);
-    crate::plot::draw_to!(out, (1400, 1000), |root| draw(
+    crate::store::plot::draw_to!(out, (1400, 1000), |root| draw(
         root, &lat_ms, &traces, span, &title
     ));
     Ok(())

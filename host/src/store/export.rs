@@ -18,7 +18,7 @@ use parquet::basic::Compression;
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 
-use crate::recording::{Kind, RecordingError, Rows, Source};
+use crate::store::recording::{Kind, RecordingError, Rows, Source};
 
 /// What to write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,7 +124,7 @@ fn same_file(a: &Path, b: &Path) -> bool {
 
 /// Writes `rec` to `out` (through `out.partial`, renamed at the end; `out` is replaced
 /// if it exists, unless it is the recording itself). The recording is read a record batch
-/// at a time: a file opened with [`crate::recording::open`] is exported in bounded
+/// at a time: a file opened with [`crate::store::recording::open`] is exported in bounded
 /// memory, however long it is.
 pub fn export(rec: &impl Source, out: &Path, opts: &Options) -> Result<Exported, ExportError> {
     let partial = partial_path(out);
@@ -425,7 +425,7 @@ fn write_perfetto(rec: &impl Source, opts: &Options, file: File) -> Result<Writt
         "source": "railtrace export",
         "recording": rec.path().display().to_string(),
         "recording_source": meta.source,
-        "epoch_utc": crate::recording::iso_utc(meta.epoch_utc_ns),
+        "epoch_utc": crate::store::recording::iso_utc(meta.epoch_utc_ns),
         "epoch_utc_ns": meta.epoch_utc_ns.to_string(),
         "ts": if absolute {
             "microseconds since the Unix epoch (UTC)"

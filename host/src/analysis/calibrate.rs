@@ -9,11 +9,11 @@ use railtrace_calibration::logger::{
     identify, period_from_changes, LatticeBuilder, Options as IdentifyOptions,
 };
 
-use crate::analysis::{reduced_timeline, Options, Reduced, EXACT_SAMPLES};
-use crate::logger_model::{LoggerModel, Provenance};
-use crate::paired;
-use crate::profile::rig_path;
-use crate::recording::{self, iso_utc, LoggerColumn};
+use crate::analysis::logger_model::{LoggerModel, Provenance};
+use crate::analysis::paired;
+use crate::analysis::stitch::{reduced_timeline, Options, Reduced, EXACT_SAMPLES};
+use crate::gpu::profile::rig_path;
+use crate::store::recording::{self, iso_utc, LoggerColumn};
 
 /// What to identify: the readings, the period if known, the family if forced.
 #[derive(Debug, Clone, Copy, Default)]

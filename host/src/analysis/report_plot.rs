@@ -24,8 +24,8 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::analysis::{Analysis, Point};
-use crate::plot::Format;
+use crate::analysis::stitch::{Analysis, Point};
+use crate::store::plot::Format;
 
 /// The picture's size the fixed sizes below are for; others scale them.
 const REFERENCE: (f64, f64) = (2000.0, 1400.0);
@@ -91,7 +91,7 @@ pub fn render(a: &Analysis, out: &Path, opts: &Options) -> anyhow::Result<()> {
     let l = Layout::new(opts.width, opts.height);
     // The bins the rig or the logger does not support are left out, and said so.
     let a = &a.drawable();
-    crate::plot::draw_to!(out, size, |root| draw(root, a, title, &l));
+    crate::store::plot::draw_to!(out, size, |root| draw(root, a, title, &l));
     Ok(())
 }
 

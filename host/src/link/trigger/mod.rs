@@ -36,9 +36,9 @@ impl Driven {
 
     /// The edge as a recording's `driven` row on `line`, timed at the bracket's middle
     /// on a timeline whose zero is `epoch_ns`.
-    pub fn event(&self, line: u8, epoch_ns: i64) -> crate::recording::Event {
+    pub fn event(&self, line: u8, epoch_ns: i64) -> crate::store::recording::Event {
         let mid = self.host_before_ns + (self.host_after_ns - self.host_before_ns) / 2;
-        crate::recording::Event::Driven {
+        crate::store::recording::Event::Driven {
             time_s: (mid - epoch_ns) as f64 * 1e-9,
             line,
             rising: self.high,

@@ -15,10 +15,10 @@ use arrow_array::Array;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::recording::{self, Kind, Rows, Source};
+use crate::store::recording::{self, Kind, Rows, Source};
 
 /// The embedded font (DejaVu Sans, licence in `host/assets`): no system font library needed.
-static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
+static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
 
 /// Registers the embedded font as plotters' "sans-serif" (no system font library needed).
 pub(crate) fn register_font() -> anyhow::Result<()> {
@@ -33,16 +33,16 @@ macro_rules! draw_to {
     ($out:expr, $size:expr, |$root:ident| $draw:expr) => {{
         use plotters::prelude::IntoDrawingArea;
         let out: &std::path::Path = $out;
-        let format = $crate::plot::Format::of(out)?;
-        $crate::plot::register_font()?;
+        let format = $crate::store::plot::Format::of(out)?;
+        $crate::store::plot::register_font()?;
         let fail = |e: &dyn std::fmt::Display| anyhow::anyhow!("{}: {e}", out.display());
         std::fs::File::create(out).map_err(|e| fail(&e))?;
         match format {
-            $crate::plot::Format::Svg => {
+            $crate::store::plot::Format::Svg => {
                 let $root = plotters::prelude::SVGBackend::new(out, $size).into_drawing_area();
                 $draw.map_err(|e| fail(&e))?
             }
-            $crate::plot::Format::Png => {
+            $crate::store::plot::Format::Png => {
                 let $root = plotters::prelude::BitMapBackend::new(out, $size).into_drawing_area();
                 $draw.map_err(|e| fail(&e))?
             }
@@ -390,7 +390,7 @@ pub fn check(out: &Path, opts: &Options) -> anyhow::Result<Format> {
 /// Plots `rec` into `out` (`.svg` or `.png`, see [`Format::of`]).
 ///
 /// The recording is read a record batch at a time, so a file opened with
-/// [`crate::recording::open`] is plotted in bounded memory however long it is: twice
+/// [`crate::store::recording::open`] is plotted in bounded memory however long it is: twice
 /// when the window is not given (`from` and `to`), first only its times to find the
 /// window, then to decimate into it; once when it is.
 pub fn render(rec: &impl Source, out: &Path, opts: &Options) -> anyhow::Result<Plotted> {

@@ -354,8 +354,8 @@ pub fn write_recording(
     source: &str,
     settings: serde_json::Value,
     out: &Path,
-) -> Result<u64, crate::recording::RecordingError> {
-    use crate::recording::{Event, Meta, Writer, FORMAT_VERSION};
+) -> Result<u64, crate::store::recording::RecordingError> {
+    use crate::store::recording::{Event, Meta, Writer, FORMAT_VERSION};
     let t = &run.pmd.time_us;
     let epoch_us = t.first().copied().unwrap_or(0.0);
     let s = |us: f64| (us - epoch_us) * 1e-6;

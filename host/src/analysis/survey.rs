@@ -5,10 +5,10 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::calibrate::{calibrate, Request};
-use crate::logger_model::LoggerModel;
-use crate::paired::{self, Energy};
-use crate::recording::LoggerColumn;
+use crate::analysis::calibrate::{calibrate, Request};
+use crate::analysis::logger_model::LoggerModel;
+use crate::analysis::paired::{self, Energy};
+use crate::store::recording::LoggerColumn;
 
 /// One run folder: its GPU and what kind of run.
 #[derive(Debug, Clone)]
@@ -157,7 +157,7 @@ fn survey_found(
     for (i, f) in found.iter().enumerate() {
         progress(i, found.len(), &format!("{} {}", f.gpu, f.kind));
         let rec = scratch.join(format!("run{i}.arrow"));
-        crate::import::pmd_run(&f.dir, &rec, None)
+        crate::store::import::pmd_run(&f.dir, &rec, None)
             .map_err(|e| anyhow::anyhow!("{}: {e:#}", f.dir.display()))?;
         for column in LoggerColumn::ALL {
             let data = paired::read(&rec, column)?;
