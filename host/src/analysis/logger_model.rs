@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 
 /// The first line of every model file.
 const MODEL_HEADER: &str =
-    "# A GPU power logger's identified model (railtrace; see host/src/logger_model.rs).\n";
+    "# A GPU power logger's identified model (railtrace; see host/src/analysis/logger_model.rs).\n";
 
 /// The value of `format`.
 pub const FORMAT: &str = "railtrace-logger-model";
