@@ -203,7 +203,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 #[cfg(any(feature = "rocm", feature = "cuda"))]
 fn real_gpu(args: &Args, plan: &Plan, runner: &mut dyn GpuRunner) -> anyhow::Result<()> {
     let mut logger = open_logger(args)?;
-    let mut trigger: Box<dyn TriggerOut> = match &args.port {
+    let mut trigger: Box<dyn TriggerOut + Send> = match &args.port {
         Some(_) => open_trigger(args)?,
         None => {
             eprintln!(
@@ -234,34 +234,16 @@ fn open_logger(args: &Args) -> anyhow::Result<Box<dyn PowerLogger + Send>> {
     railtrace::gpu::open_logger(name, args.card, args.device.unwrap_or(0) as u32)
 }
 
-/// The trigger output named by `--trigger`: `serial:PATH:rts|dtr` or `gpio:CHIP:LINE`,
-/// with `:active-low` after either.
+/// The trigger output named by `--trigger` (see [`railtrace::link::trigger::open`]).
 #[cfg(any(feature = "rocm", feature = "cuda"))]
-fn open_trigger(args: &Args) -> anyhow::Result<Box<dyn TriggerOut>> {
-    use railtrace::link::trigger::serial::{Line, SerialTrigger};
+fn open_trigger(args: &Args) -> anyhow::Result<Box<dyn TriggerOut + Send>> {
     let spec = args.trigger.as_deref().ok_or_else(|| {
         anyhow::anyhow!(
             "--gpu {} needs --trigger serial:PATH:rts|dtr or gpio:CHIP:LINE",
             args.gpu
         )
     })?;
-    let (spec, active_high) = match spec.strip_suffix(":active-low") {
-        Some(s) => (s, false),
-        None => (spec, true),
-    };
-    let bad = || anyhow::anyhow!("--trigger {spec}: want serial:PATH:rts|dtr or gpio:CHIP:LINE");
-    let (kind, rest) = spec.split_once(':').ok_or_else(bad)?;
-    let (path, what) = rest.rsplit_once(':').ok_or_else(bad)?;
-    Ok(match (kind, what) {
-        ("serial", "rts") => Box::new(SerialTrigger::open(path.as_ref(), Line::Rts, active_high)?),
-        ("serial", "dtr") => Box::new(SerialTrigger::open(path.as_ref(), Line::Dtr, active_high)?),
-        ("gpio", line) => Box::new(railtrace::link::trigger::gpio::GpioTrigger::open(
-            path.as_ref(),
-            line.parse().map_err(|_| bad())?,
-            active_high,
-        )?),
-        _ => return Err(bad()),
-    })
+    railtrace::link::trigger::open(spec).map_err(|e| anyhow::anyhow!("--trigger: {e}"))
 }
 
 fn run_of(args: &Args) -> Run {

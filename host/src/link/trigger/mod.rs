@@ -73,6 +73,37 @@ pub trait TriggerOut {
     fn set(&mut self, high: bool) -> Result<Driven, TriggerError>;
 }
 
+/// The trigger output `spec` names: `serial:PATH:rts|dtr` (a serial port's modem line) or
+/// `gpio:CHIP:LINE` (a GPIO character device's line), with `:active-low` after either.
+///
+/// # Errors
+///
+/// A spec of another form, or the device's own error opening it.
+pub fn open(spec: &str) -> Result<Box<dyn TriggerOut + Send>, TriggerError> {
+    let (spec, active_high) = match spec.strip_suffix(":active-low") {
+        Some(s) => (s, false),
+        None => (spec, true),
+    };
+    let bad = || {
+        TriggerError::Unsupported(format!(
+            "trigger output `{spec}`: want serial:PATH:rts|dtr or gpio:CHIP:LINE"
+        ))
+    };
+    let (kind, rest) = spec.split_once(':').ok_or_else(bad)?;
+    let (path, what) = rest.rsplit_once(':').ok_or_else(bad)?;
+    let serial = |line| serial::SerialTrigger::open(path.as_ref(), line, active_high);
+    Ok(match (kind, what) {
+        ("serial", "rts") => Box::new(serial(serial::Line::Rts)?),
+        ("serial", "dtr") => Box::new(serial(serial::Line::Dtr)?),
+        ("gpio", line) => Box::new(gpio::GpioTrigger::open(
+            path.as_ref(),
+            line.parse().map_err(|_| bad())?,
+            active_high,
+        )?),
+        _ => return Err(bad()),
+    })
+}
+
 /// A trigger output that drives nothing: trains nobody times by the rig (a preheat's, a
 /// test's), each edge bracketed by the host clock all the same.
 #[derive(Debug, Clone, Copy, Default)]
@@ -89,5 +120,36 @@ impl TriggerOut for Quiet {
             host_before_ns: now,
             host_after_ns: now,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trigger_spec_names_what_is_wrong() {
+        let err = |spec: &str| open(spec).err().map(|e| e.to_string()).unwrap_or_default();
+        for bad in [
+            "usb:/dev/x:rts",
+            "serial:/dev/ttyS0",
+            "serial:/dev/ttyS0:cts",
+            "gpio:/dev/gpiochip0:x",
+            "",
+        ] {
+            assert!(
+                err(bad).contains("want serial:PATH:rts|dtr or gpio:CHIP:LINE"),
+                "{bad}: {}",
+                err(bad)
+            );
+        }
+        assert_eq!(
+            err("serial:/no/such/port:rts:active-low"),
+            "/no/such/port: not found"
+        );
+        assert!(matches!(
+            open("gpio:/no/such/chip:3"),
+            Err(TriggerError::NotFound(_))
+        ));
     }
 }
