@@ -2,12 +2,11 @@
 //! response undone by regularised deconvolution, with an uncertainty band and the energy
 //! per execution (`railtrace correct`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::Context;
 use arrow_array::{ArrayRef, Float64Array, RecordBatch};
-use arrow_schema::{DataType, Field, Schema};
+use arrow_schema::{ArrowError, DataType, Field, Schema};
 use railtrace_calibration::deconvolve::{
     deconvolve, kernel, Deconvolved, Input, LoggerKernel, Options as DeconvolveOptions, Profile,
 };
@@ -15,7 +14,47 @@ use railtrace_calibration::stats::median;
 use railtrace_calibration::stitch::ProfileBin;
 
 use crate::analysis::logger_model::LoggerModel;
-use crate::analysis::stitch::{analyse, execution_durations, Analysis, Options, Point};
+use crate::analysis::stitch::{
+    analyse, execution_durations, Analysis, AnalysisError, Options, Point,
+};
+
+/// Why a profile could not be corrected.
+#[derive(Debug, thiserror::Error)]
+pub enum CorrectError {
+    /// The profiling run could not be analysed.
+    #[error(transparent)]
+    Analysis(#[from] AnalysisError),
+    /// The analysis kept no execution.
+    #[error("{0}: no executions kept")]
+    NoExecutions(PathBuf),
+    /// The logger's model gives no response on these bins.
+    #[error("{path}: {why}")]
+    Model {
+        /// The model's file.
+        path: PathBuf,
+        /// Why.
+        why: String,
+    },
+    /// No readings late enough to tell the idle level.
+    #[error("{path}: no logger readings after the kernel's reach ({reach_ms:.3} ms) to tell the idle level")]
+    NoIdle {
+        /// The profile.
+        path: PathBuf,
+        /// The kernel's reach, ms.
+        reach_ms: f64,
+    },
+    /// The deconvolution refused its input.
+    #[error("{0}")]
+    Deconvolution(String),
+    /// The corrected profile could not be written.
+    #[error("cannot write {path}: {why}")]
+    Write {
+        /// The output.
+        path: PathBuf,
+        /// Why.
+        why: String,
+    },
+}
 
 fn bins(points: &[Point]) -> Vec<ProfileBin> {
     points
@@ -57,7 +96,7 @@ pub fn correct(
     model: &LoggerModel,
     model_path: &Path,
     bin_s: f64,
-) -> anyhow::Result<Corrected> {
+) -> Result<Corrected, CorrectError> {
     let dt = bin_s;
     // Readings hold the kernel for up to a window (and the delay) after its end: stitch
     // that far and more past the executions' typical length.
@@ -79,15 +118,17 @@ pub fn correct(
         .filter(|e| e.kept)
         .map(|e| e.duration_s)
         .collect();
-    anyhow::ensure!(
-        !kept.is_empty(),
-        "{}: no executions kept",
-        profile.display()
-    );
+    if kept.is_empty() {
+        return Err(CorrectError::NoExecutions(profile.to_path_buf()));
+    }
+    let unusable = |e: &dyn std::fmt::Display| CorrectError::Model {
+        path: model_path.to_path_buf(),
+        why: e.to_string(),
+    };
     let duration = kept.iter().sum::<f64>() / kept.len() as f64;
     let response = model
         .response(dt, model.delay_s)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", model_path.display()))?;
+        .map_err(|e| unusable(&e))?;
     // The profile's time axis is the GPU's (each execution starts at TOI 0 by its own
     // timestamps), the model's delay is against the reference's: the logger's delay on
     // the GPU's timeline is the model's plus the reference's own lag behind it (the GPU
@@ -99,7 +140,7 @@ pub fn correct(
     let reference_lag_s =
         reference_lag(&a.rig, duration, spread).unwrap_or((-model.delay_s).max(0.0));
     let h = kernel(&response, dt, (model.delay_s + reference_lag_s).max(0.0))
-        .map_err(|e| anyhow::anyhow!("{}: {e}", model_path.display()))?;
+        .map_err(|e| unusable(&e))?;
     // The idle level: the logger's readings long after the kernel (its reach over), made
     // reference watts through the model's gain and offset.
     let reach = duration + h.len() as f64 * dt;
@@ -109,15 +150,15 @@ pub fn correct(
         .filter(|p| p.lo_s > reach && p.n > 0)
         .map(|p| (p.mean_w - model.offset_w) / model.gain)
         .collect();
-    anyhow::ensure!(
-        !late.is_empty(),
-        "{}: no logger readings after the kernel's reach ({:.3} ms) to tell the idle level",
-        profile.display(),
-        reach * 1e3
-    );
+    if late.is_empty() {
+        return Err(CorrectError::NoIdle {
+            path: profile.to_path_buf(),
+            reach_ms: reach * 1e3,
+        });
+    }
     let idle = late.iter().sum::<f64>() / late.len() as f64;
     let stitched = Profile::from_bins(&bins(&a.logger))
-        .map_err(|e| anyhow::anyhow!("the stitched profile: {e}"))?;
+        .map_err(|e| CorrectError::Deconvolution(format!("the stitched profile: {e}")))?;
     let logger = LoggerKernel {
         kernel: h,
         delay_s: 0.0,
@@ -133,7 +174,7 @@ pub fn correct(
         },
         &DeconvolveOptions::default(),
     )
-    .map_err(|e| anyhow::anyhow!("the deconvolution: {e}"))?;
+    .map_err(|e| CorrectError::Deconvolution(format!("the deconvolution: {e}")))?;
     Ok(Corrected {
         analysis: a,
         d,
@@ -232,19 +273,26 @@ pub fn figures(c: &Corrected, model: &LoggerModel, model_path: &Path) -> serde_j
 }
 
 /// Writes the corrected profile ([`table`]) as an Arrow IPC stream.
-pub fn write(c: &Corrected, figures: &serde_json::Value, output: &Path) -> anyhow::Result<()> {
-    let batch = table(c, figures)?;
-    let file = std::fs::File::create(output)
-        .with_context(|| format!("cannot create {}", output.display()))?;
-    let mut w = arrow_ipc::writer::StreamWriter::try_new(file, &batch.schema())?;
-    w.write(&batch)?;
-    w.finish()?;
-    Ok(())
+pub fn write(
+    c: &Corrected,
+    figures: &serde_json::Value,
+    output: &Path,
+) -> Result<(), CorrectError> {
+    let failed = |why: String| CorrectError::Write {
+        path: output.to_path_buf(),
+        why,
+    };
+    let batch = table(c, figures).map_err(|e| failed(e.to_string()))?;
+    let file = std::fs::File::create(output).map_err(|e| failed(e.to_string()))?;
+    let mut w = arrow_ipc::writer::StreamWriter::try_new(file, &batch.schema())
+        .map_err(|e| failed(e.to_string()))?;
+    w.write(&batch).map_err(|e| failed(e.to_string()))?;
+    w.finish().map_err(|e| failed(e.to_string()))
 }
 
 /// The corrected profile, one row per cell (`t_s`, `logger_w`, `corrected_w`, `lo_w`,
 /// `hi_w`, `rig_w`), `figures` in the schema's `railtrace.corrected` metadata.
-pub fn table(c: &Corrected, figures: &serde_json::Value) -> anyhow::Result<RecordBatch> {
+pub fn table(c: &Corrected, figures: &serde_json::Value) -> Result<RecordBatch, ArrowError> {
     let (a, d) = (&c.analysis, &c.d);
     let at = |points: &[Point], t: f64| {
         points
@@ -263,7 +311,7 @@ pub fn table(c: &Corrected, figures: &serde_json::Value) -> anyhow::Result<Recor
             figures.to_string(),
         )])),
     );
-    let batch = RecordBatch::try_new(
+    RecordBatch::try_new(
         schema.clone(),
         vec![
             col(d.t.clone()),
@@ -273,8 +321,7 @@ pub fn table(c: &Corrected, figures: &serde_json::Value) -> anyhow::Result<Recor
             col(d.hi_w.clone()),
             col(d.t.iter().map(|&t| at(&a.rig, t)).collect()),
         ],
-    )?;
-    Ok(batch)
+    )
 }
 
 #[cfg(test)]
