@@ -9,11 +9,14 @@
 //! Nothing is dropped silently. A sample missing for any reason becomes a gap row with
 //! its cause: samples the device dropped (and counted), frames lost on the link, blocks
 //! the writer could not keep up with, or the device going away and coming back.
+//!
+//! While it runs, other threads can drive the rig's trigger outputs and write marks and
+//! events into the recording through a [`Control`], without the stream waiting.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use railtrace_protocol::{Message, ResultCode, SampleBlock, Status, TriggerEdge};
@@ -123,6 +126,239 @@ pub trait Tap: Send + std::marker::Sync + std::fmt::Debug {
     fn samples(&self, t_s: f64, period_s: f64, watts: &[f32]);
     /// An event row as written (trigger edges, gaps, the device's status, logs).
     fn event(&self, e: &Event);
+}
+
+/// Requests to a running capture from other threads ([`capture_controlled`]): drive the
+/// rig's trigger outputs, write marks and events into the recording. The reader serves
+/// them between reads of the stream, so the stream never waits for them; a request made
+/// while no capture runs is refused at once, and every request still pending when the
+/// capture ends is answered then.
+#[derive(Debug, Default)]
+pub struct Control {
+    state: Mutex<Requests>,
+    answered: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct Requests {
+    /// A capture serves the requests.
+    running: bool,
+    next_id: u64,
+    queue: VecDeque<Request>,
+    /// Drives waited for, by id: their answer once it came.
+    answers: HashMap<u64, Option<Result<(), ControlError>>>,
+}
+
+/// What the reader is asked to do.
+#[derive(Debug)]
+enum Request {
+    Drive {
+        id: u64,
+        line: u8,
+        high: bool,
+        pulse_s: Option<f64>,
+    },
+    Mark {
+        host_ns: i64,
+        text: String,
+    },
+    Event(Box<Event>),
+}
+
+/// Why a request to a capture failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ControlError {
+    /// No capture is running (not started yet, or ended).
+    #[error("the rig is not being captured (the capture has not started or has ended)")]
+    NotRunning,
+    /// The rig has no such output line.
+    #[error("the rig has no trigger output {line} (it has {outputs})")]
+    NoOutput {
+        /// The line asked for.
+        line: u8,
+        /// How many the rig has.
+        outputs: u8,
+    },
+    /// A pulse the rig cannot time.
+    #[error("trigger output {line}: {why}")]
+    Pulse {
+        /// The line.
+        line: u8,
+        /// What is wrong with the pulse.
+        why: String,
+    },
+    /// The rig refused to drive the line.
+    #[error("the rig refused to drive trigger output {line}: {code:?}")]
+    Refused {
+        /// The line.
+        line: u8,
+        /// Its answer.
+        code: ResultCode,
+    },
+    /// No answer in time.
+    #[error("the rig did not answer the drive of trigger output {line} within {waited:?}")]
+    Timeout {
+        /// The line.
+        line: u8,
+        /// How long it was waited for.
+        waited: Duration,
+    },
+    /// The drive did not reach the rig, or its answer did not come back.
+    #[error("trigger output {line}: {why}")]
+    Failed {
+        /// The line.
+        line: u8,
+        /// What happened.
+        why: String,
+    },
+}
+
+impl Control {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Requests> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Drives the rig's trigger output `line` `high` (else low) and waits up to `wait` for
+    /// the rig to answer: held at that level, or with `pulse_s`, back to the other level
+    /// after that long, timed by the rig's clock (to its tick). The rig records the
+    /// change as an edge of line `line | 0x80`.
+    pub fn drive(
+        &self,
+        line: u8,
+        high: bool,
+        pulse_s: Option<f64>,
+        wait: Duration,
+    ) -> Result<(), ControlError> {
+        if let Some(p) = pulse_s.filter(|p| !(p.is_finite() && *p > 0.0)) {
+            return Err(ControlError::Pulse {
+                line,
+                why: format!("a pulse of {p} s: it must last more than 0 s"),
+            });
+        }
+        let mut s = self.lock();
+        if !s.running {
+            return Err(ControlError::NotRunning);
+        }
+        let id = s.next_id;
+        s.next_id += 1;
+        s.answers.insert(id, None);
+        s.queue.push_back(Request::Drive {
+            id,
+            line,
+            high,
+            pulse_s,
+        });
+        let deadline = Instant::now() + wait;
+        loop {
+            if let Some(Some(answer)) = s.answers.get(&id) {
+                let answer = answer.clone();
+                s.answers.remove(&id);
+                return answer;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                s.answers.remove(&id);
+                s.queue
+                    .retain(|r| !matches!(r, Request::Drive { id: x, .. } if *x == id));
+                return Err(ControlError::Timeout { line, waited: wait });
+            }
+            s = self
+                .answered
+                .wait_timeout(s, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// Writes `text` into the recording as a log row `mark: <text>` at the host's time
+    /// now.
+    pub fn mark(&self, text: &str) -> Result<(), ControlError> {
+        self.mark_at(now_ns(), text)
+    }
+
+    /// Writes `text` into the recording as a log row `mark: <text>` at host time
+    /// `host_ns` (ns since the Unix epoch).
+    pub fn mark_at(&self, host_ns: i64, text: &str) -> Result<(), ControlError> {
+        self.request(Request::Mark {
+            host_ns,
+            text: text.to_string(),
+        })
+    }
+
+    /// Writes an event row into the recording as it is (its time on the recording's
+    /// timeline), and shows it to the capture's tap.
+    pub fn event(&self, e: Event) -> Result<(), ControlError> {
+        self.request(Request::Event(Box::new(e)))
+    }
+
+    fn request(&self, r: Request) -> Result<(), ControlError> {
+        let mut s = self.lock();
+        if !s.running {
+            return Err(ControlError::NotRunning);
+        }
+        s.queue.push_back(r);
+        Ok(())
+    }
+
+    /// A capture serves the requests from now on.
+    fn open(&self) {
+        self.lock().running = true;
+    }
+
+    /// The requests made since the last take.
+    fn take(&self) -> VecDeque<Request> {
+        std::mem::take(&mut self.lock().queue)
+    }
+
+    /// Answers drive `id`, if it is still waited for.
+    fn answer(&self, id: u64, r: Result<(), ControlError>) {
+        if let Some(slot) = self.lock().answers.get_mut(&id) {
+            *slot = Some(r);
+        }
+        self.answered.notify_all();
+    }
+
+    /// The capture ends (its reader has answered the drives it sent): requests are
+    /// refused from now on, drives not yet sent are answered. Returns the marks and
+    /// events not yet written.
+    fn close(&self) -> Vec<Request> {
+        let mut s = self.lock();
+        s.running = false;
+        let mut rest = Vec::new();
+        for r in std::mem::take(&mut s.queue) {
+            match r {
+                Request::Drive { id, line, .. } => {
+                    if let Some(slot) = s.answers.get_mut(&id) {
+                        *slot = Some(Err(ControlError::Failed {
+                            line,
+                            why: "the capture ended before the drive reached the rig".into(),
+                        }));
+                    }
+                }
+                r => rest.push(r),
+            }
+        }
+        for slot in s.answers.values_mut().filter(|a| a.is_none()) {
+            *slot = Some(Err(ControlError::NotRunning));
+        }
+        self.answered.notify_all();
+        rest
+    }
+}
+
+/// A pulse of `pulse_s` in ticks of a `tick_hz` clock, to the nearest tick (at least one).
+fn pulse_ticks(line: u8, pulse_s: f64, tick_hz: u32) -> Result<u32, ControlError> {
+    let ticks = (pulse_s * f64::from(tick_hz)).round().max(1.0);
+    if ticks > f64::from(u32::MAX) {
+        return Err(ControlError::Pulse {
+            line,
+            why: format!(
+                "a pulse of {pulse_s} s is longer than the rig times ({:.3} s at most)",
+                f64::from(u32::MAX) / f64::from(tick_hz.max(1))
+            ),
+        });
+    }
+    Ok(ticks as u32)
 }
 
 /// Counters shared by reader, writer and whoever shows progress.
@@ -275,6 +511,13 @@ enum Record {
     Sync(Sync),
     Status(Status),
     Log(String),
+    /// A mark from the host: a log row at its own host time.
+    Mark {
+        host_ns: i64,
+        text: String,
+    },
+    /// An event row from the host, as it is.
+    Event(Box<Event>),
     /// The device went away.
     Lost {
         cause: String,
@@ -289,6 +532,28 @@ enum Record {
 /// was captured before it is in the file.
 pub fn capture(
     config: &Config,
+    stop: &AtomicBool,
+    counters: &Arc<Counters>,
+    progress: impl FnMut(&Progress),
+) -> Result<Summary, CaptureError> {
+    run_capture(config, None, stop, counters, progress)
+}
+
+/// As [`capture`], serving the requests made through `control` while it runs (from
+/// when the device has started until the capture ends).
+pub fn capture_controlled(
+    config: &Config,
+    control: &Control,
+    stop: &AtomicBool,
+    counters: &Arc<Counters>,
+    progress: impl FnMut(&Progress),
+) -> Result<Summary, CaptureError> {
+    run_capture(config, Some(control), stop, counters, progress)
+}
+
+fn run_capture(
+    config: &Config,
+    control: Option<&Control>,
     stop: &AtomicBool,
     counters: &Arc<Counters>,
     mut progress: impl FnMut(&Progress),
@@ -314,8 +579,17 @@ pub fn capture(
         }
     };
     let (mut tx, rx) = HeapRb::<Record>::new(RING_RECORDS).split();
+    let device = match &segment {
+        Some(Record::Segment { info, .. }) => (info.tick_hz, info.trigger_outputs),
+        _ => (0, 0),
+    };
     if let Some(segment) = segment {
         let _ = tx.try_push(segment);
+    }
+    // Requests are taken from now on: they follow the segment in the ring, so the
+    // recording has started when they are written.
+    if let Some(c) = control {
+        c.open();
     }
     let writer = {
         let output = config.output.clone();
@@ -329,6 +603,9 @@ pub fn capture(
                 r
             })
             .map_err(|e| {
+                if let Some(c) = control {
+                    c.close();
+                }
                 CaptureError::Recording(RecordingError::Io {
                     path: output,
                     error: e,
@@ -339,6 +616,9 @@ pub fn capture(
         config,
         counters,
         tx,
+        control,
+        device,
+        drives: Vec::new(),
         writer: writer.thread().clone(),
         pending_syncs: HashMap::new(),
         frames_lost_closed: 0,
@@ -349,6 +629,7 @@ pub fn capture(
     };
     counters.connected.store(true, Ordering::Relaxed);
     let result = rt.block_on(reader.run(rig, stop, started, &mut progress));
+    reader.close_control();
     reader.push(Record::End);
     let written = writer.join().unwrap_or_else(|_| {
         Err(RecordingError::Io {
@@ -565,6 +846,11 @@ struct Reader<'a> {
     config: &'a Config,
     counters: &'a Arc<Counters>,
     tx: ringbuf::HeapProd<Record>,
+    control: Option<&'a Control>,
+    /// The device's tick rate and trigger outputs (this connection).
+    device: (u32, u8),
+    /// Drives sent and not yet answered.
+    drives: Vec<Sent>,
     writer: std::thread::Thread,
     pending_syncs: HashMap<u32, i64>,
     /// Totals of connections that ended.
@@ -574,6 +860,17 @@ struct Reader<'a> {
     /// Device drops of this connection, from its latest status.
     drops_now: u64,
     host_drops: u64,
+}
+
+/// A drive sent to the rig, waiting for its answer.
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    /// The control's id.
+    id: u64,
+    /// The command's request id.
+    request_id: u16,
+    line: u8,
+    at: Instant,
 }
 
 impl std::fmt::Debug for Reader<'_> {
@@ -652,6 +949,133 @@ impl Reader<'_> {
         );
     }
 
+    /// Serves the control's requests: drives are sent without waiting for their answer,
+    /// marks and events go to the writer. A failed send fails the drives of this round
+    /// and is returned (the link is lost).
+    async fn serve(&mut self, rig: &mut Rig) -> Result<(), TransportError> {
+        let Some(control) = self.control else {
+            return Ok(());
+        };
+        let mut failed: Option<TransportError> = None;
+        for r in control.take() {
+            let (id, line, high, pulse_s) = match r {
+                Request::Drive {
+                    id,
+                    line,
+                    high,
+                    pulse_s,
+                } => (id, line, high, pulse_s),
+                r => {
+                    self.push_request(r);
+                    continue;
+                }
+            };
+            if let Some(e) = &failed {
+                let why = format!("not sent: {e}");
+                control.answer(id, Err(ControlError::Failed { line, why }));
+                continue;
+            }
+            let pulse_ticks = match pulse_s.map(|p| pulse_ticks(line, p, self.device.0)) {
+                None => 0,
+                Some(Ok(t)) => t,
+                Some(Err(e)) => {
+                    control.answer(id, Err(e));
+                    continue;
+                }
+            };
+            let drive = |request_id| {
+                Message::DriveTrigger(railtrace_protocol::DriveTrigger {
+                    request_id,
+                    line,
+                    high,
+                    pulse_ticks,
+                })
+            };
+            match rig.send(drive).await {
+                Ok(request_id) => self.drives.push(Sent {
+                    id,
+                    request_id,
+                    line,
+                    at: Instant::now(),
+                }),
+                Err(e) => {
+                    let why = format!("not sent: {e}");
+                    control.answer(id, Err(ControlError::Failed { line, why }));
+                    failed = Some(e);
+                }
+            }
+        }
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// A mark or an event for the writer.
+    fn push_request(&mut self, r: Request) {
+        match r {
+            Request::Mark { host_ns, text } => self.push(Record::Mark { host_ns, text }),
+            Request::Event(e) => self.push(Record::Event(e)),
+            Request::Drive { .. } => {}
+        }
+    }
+
+    /// Answers the drives whose results came (other results are dropped), and those
+    /// unanswered for longer than a command's timeout.
+    fn answer_drives(&mut self, rig: &mut Rig) {
+        let results = rig.take_results();
+        let Some(control) = self.control else {
+            return;
+        };
+        let outputs = self.device.1;
+        for r in results {
+            let Some(i) = self
+                .drives
+                .iter()
+                .position(|d| d.request_id == r.request_id)
+            else {
+                continue;
+            };
+            let d = self.drives.swap_remove(i);
+            let line = d.line;
+            control.answer(
+                d.id,
+                match r.code {
+                    ResultCode::Ok => Ok(()),
+                    ResultCode::InvalidArgument => Err(ControlError::NoOutput { line, outputs }),
+                    code => Err(ControlError::Refused { line, code }),
+                },
+            );
+        }
+        self.drives.retain(|d| {
+            let late = d.at.elapsed() > COMMAND_TIMEOUT;
+            if late {
+                let (line, waited) = (d.line, COMMAND_TIMEOUT);
+                control.answer(d.id, Err(ControlError::Timeout { line, waited }));
+            }
+            !late
+        });
+    }
+
+    /// Fails the drives sent and not answered (the link was lost, or the capture ends).
+    fn fail_drives(&mut self, why: &str) {
+        let Some(control) = self.control else {
+            return;
+        };
+        for d in self.drives.drain(..) {
+            let why = why.to_string();
+            control.answer(d.id, Err(ControlError::Failed { line: d.line, why }));
+        }
+    }
+
+    /// The capture ends: drives still waiting fail, marks and events still queued are
+    /// written.
+    fn close_control(&mut self) {
+        self.fail_drives("the capture ended before the rig answered");
+        if let Some(control) = self.control {
+            for r in control.close() {
+                self.push_request(r);
+            }
+        }
+    }
+
     async fn run(
         &mut self,
         mut rig: Rig,
@@ -670,14 +1094,16 @@ impl Reader<'_> {
             let done = stop.load(Ordering::Relaxed)
                 || self.config.duration.is_some_and(|d| started.elapsed() >= d);
             if done {
-                return self.finish(&mut rig).await;
+                let r = self.finish(&mut rig).await;
+                self.answer_drives(&mut rig);
+                return r;
             }
             if Instant::now() >= next_progress {
                 next_progress += Duration::from_millis(250);
                 progress(&self.counters.progress(started.elapsed()));
             }
-            let mut result = Ok(true);
-            if Instant::now() >= next_sync {
+            let mut result = self.serve(&mut rig).await.map(|()| true);
+            if result.is_ok() && Instant::now() >= next_sync {
                 next_sync += SYNC_INTERVAL;
                 let nonce = now_ns() as u32;
                 self.pending_syncs.insert(nonce, now_ns());
@@ -700,6 +1126,7 @@ impl Reader<'_> {
                     })
                     .await;
             }
+            self.answer_drives(&mut rig);
             self.update_link(&rig);
             self.writer.unpark();
             let cause = match result {
@@ -719,6 +1146,9 @@ impl Reader<'_> {
                 Err(e) => Some(e.to_string()),
             };
             if let Some(cause) = cause {
+                self.fail_drives(&format!(
+                    "no answer: the link to the rig was lost ({cause})"
+                ));
                 self.push(Record::Lost { cause });
                 match self.reconnect(rig, stop, started, progress).await? {
                     Some(r) => rig = r,
@@ -772,6 +1202,9 @@ impl Reader<'_> {
                     }
                     self.push(Record::Resumed);
                     if let Some(segment) = segment {
+                        if let Record::Segment { info, .. } = &segment {
+                            self.device = (info.tick_hz, info.trigger_outputs);
+                        }
                         self.push(segment);
                     }
                     self.counters.reconnects.fetch_add(1, Ordering::Relaxed);
@@ -1306,6 +1739,22 @@ impl<'a> Writing<'a> {
                     });
                 }
             }
+            Record::Mark { host_ns, text } => {
+                let t = self.host_s(host_ns);
+                if let Some(file) = &mut self.file {
+                    let mark = Event::Text {
+                        kind: Kind::Log,
+                        time_s: t,
+                        text: format!("mark: {text}"),
+                    };
+                    write_event(file, self.config.tap.as_deref(), &mark);
+                }
+            }
+            Record::Event(e) => {
+                if let Some(file) = &mut self.file {
+                    write_event(file, self.config.tap.as_deref(), &e);
+                }
+            }
             Record::Lost { cause } => {
                 let t = self.host_s(now_ns());
                 if let Some(file) = &mut self.file {
@@ -1484,5 +1933,63 @@ impl<'a> Writing<'a> {
         }
         self.sync(&anchor);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pulse is timed to the nearest tick of the rig's clock, at least one, and at most
+    /// what the command's 32 bits count.
+    #[test]
+    fn a_pulse_is_counted_in_the_rigs_ticks() {
+        assert_eq!(pulse_ticks(0, 0.02, 24_000_000), Ok(480_000));
+        assert_eq!(pulse_ticks(0, 1.4e-8, 24_000_000), Ok(1)); // less than half a tick: one
+        assert_eq!(pulse_ticks(0, 2.1e-8, 24_000_000), Ok(1));
+        assert_eq!(pulse_ticks(0, 6.3e-8, 24_000_000), Ok(2));
+        let e = pulse_ticks(2, 600.0, 24_000_000).unwrap_err();
+        assert!(
+            e.to_string().contains("trigger output 2") && e.to_string().contains("178.957 s"),
+            "{e}"
+        );
+    }
+
+    /// Requests to a capture that is not running are refused at once; a drive nobody
+    /// answers times out and leaves nothing queued; when the capture ends, a drive still
+    /// waiting is answered and the marks not yet written are handed back.
+    #[test]
+    fn control_requests_never_hang() {
+        let c = Arc::new(Control::default());
+        assert_eq!(c.mark("x"), Err(ControlError::NotRunning));
+        let wait = Duration::from_secs(5);
+        assert_eq!(c.drive(0, true, None, wait), Err(ControlError::NotRunning));
+        let e = c.drive(0, true, Some(0.0), wait).unwrap_err();
+        assert!(e.to_string().contains("more than 0 s"), "{e}");
+
+        c.open();
+        let short = Duration::from_millis(30);
+        assert_eq!(
+            c.drive(1, true, None, short),
+            Err(ControlError::Timeout {
+                line: 1,
+                waited: short
+            })
+        );
+        assert!(c.take().is_empty());
+
+        c.mark_at(5, "hello").unwrap();
+        let waiting = {
+            let c = c.clone();
+            std::thread::spawn(move || c.drive(0, false, Some(0.01), wait))
+        };
+        while c.lock().queue.len() < 2 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let rest = c.close();
+        assert!(matches!(&rest[..], [Request::Mark { host_ns: 5, text }] if text == "hello"));
+        let e = waiting.join().unwrap().unwrap_err();
+        assert!(matches!(e, ControlError::Failed { line: 0, .. }), "{e}");
+        assert_eq!(c.mark("late"), Err(ControlError::NotRunning));
     }
 }

@@ -333,6 +333,13 @@ impl Rig {
         }
     }
 
+    /// Takes the command results that arrived and that no [`Rig::command`] has taken: a
+    /// caller that sends commands with [`Rig::send`] and goes on pumping finds their
+    /// answers here (what it drops is gone, so the results do not pile up).
+    pub fn take_results(&mut self) -> VecDeque<CommandResult> {
+        std::mem::take(&mut self.results)
+    }
+
     /// Asks for the device's DeviceInfo.
     pub async fn info(&mut self, timeout: Duration) -> Result<Info, TransportError> {
         self.info = None;

@@ -2,8 +2,9 @@
 
 - :func:`open` reads a recording (a capture, a profile, an import) as Arrow tables;
 - :class:`Rig` captures a rig (or the digital twin's) in the background, reads its
-  samples as NumPy arrays, and measures the energy over windows of code, as Zeus does
-  for a GPU;
+  samples as NumPy arrays, measures the energy over windows of code, as Zeus does for a
+  GPU (and the GPU's own logger's energy over the same windows), drives the rig's
+  trigger outputs and marks events into the recording;
 - :func:`twin` starts the digital twin of a bench and gives its rig's port;
 - the analysis: :func:`profile_twin` (a profiling run on the twin), :func:`calibrate`
   (a GPU logger identified against the rig: a :class:`LoggerModel`),
@@ -95,7 +96,16 @@ def open(path: str | os.PathLike) -> Recording:  # noqa: A001 (as the library na
 
 @dataclass
 class Window:
-    """An energy window on a :class:`Rig`: its figures are filled in when it closes."""
+    """An energy window on a :class:`Rig`: its figures are filled in when it closes.
+
+    ``energy_j`` is the rig's: every sample's total power in the window times the sample
+    period. Where the rig reads a GPU logger (``Rig(..., logger=...)``),
+    ``logger_energy_j`` is that logger's over the same span, each reading's power held
+    from its time until the next reading (what a user of the logger alone computes),
+    ``logger_mean_w`` its mean and ``logger_readings`` its readings in the window; all
+    three are None without a logger. The recording marks the window's opening and
+    closing (log rows ``mark: window <name> opened`` and ``mark: window <name> closed:
+    ...``)."""
 
     name: str
     rig: "Rig"
@@ -105,6 +115,9 @@ class Window:
     energy_j: float = float("nan")
     mean_w: float = float("nan")
     samples: int = 0
+    logger_energy_j: Optional[float] = None
+    logger_mean_w: Optional[float] = None
+    logger_readings: Optional[int] = None
     _id: Optional[int] = None
 
     def __enter__(self) -> "Window":
@@ -113,7 +126,8 @@ class Window:
 
     def __exit__(self, *exc: Any) -> None:
         figures = json.loads(self.rig._meter().close(self._id))
-        for k in ("start_s", "end_s", "duration_s", "energy_j", "mean_w", "samples"):
+        for k in ("start_s", "end_s", "duration_s", "energy_j", "mean_w", "samples",
+                  "logger_energy_j", "logger_mean_w", "logger_readings"):
             setattr(self, k, figures[k])
 
 
@@ -128,11 +142,20 @@ class Rig:
 
     The capture records exactly as ``railtrace capture`` does (to ``output``, or to a
     temporary file removed on close); reading it, or not, costs it no sample.
+
+    ``rate`` is the sample rate (Hz; the rig's highest when not given), ``rig`` the rig's
+    description (``hardware/rigs/*.toml``: rail and trigger names), ``force`` replaces
+    an existing ``output``. ``logger`` reads the GPU's own power logger beside the rig,
+    every 10 ms: a :class:`Twin` (the twin GPU's logger) or a name, ``"nvml"`` (NVIDIA;
+    the package built with its ``nvml`` feature: ``MATURIN_PEP517_ARGS="--features
+    nvml" pip install ./python``), ``"hwmon"`` or ``"gpu-metrics"`` (AMD,
+    the first card). Its readings go into the recording as logger rows, and every
+    :class:`Window` has its energy beside the rig's.
     """
 
     def __init__(self, port: str | os.PathLike, output: str | os.PathLike | None = None,
                  rate: Optional[int] = None, rig: str | os.PathLike | None = None,
-                 force: bool = False):
+                 force: bool = False, logger: "str | Twin | None" = None):
         self.port = os.fspath(port)
         self._temporary = output is None
         if output is None:
@@ -140,7 +163,10 @@ class Rig:
             os.close(fd)
             force = True
         self.output = os.fspath(output)
-        self._args = dict(rate=rate, rig=os.fspath(rig) if rig else None, force=force)
+        if isinstance(logger, Twin):
+            logger = logger._t
+        self._args = dict(rate=rate, rig=os.fspath(rig) if rig else None, force=force,
+                          logger=logger)
         self._m = None
         #: The capture's summary once closed.
         self.summary: Optional[dict] = None
@@ -151,8 +177,17 @@ class Rig:
         return self._m
 
     def start(self) -> "Rig":
-        """Starts capturing (``with`` does it)."""
-        self._m = _railtrace.Meter(self.port, self.output, **self._args)
+        """Starts capturing (``with`` does it), and reading the GPU's logger where one
+        is given (waiting for its first reading)."""
+        try:
+            self._m = _railtrace.Meter(self.port, self.output, **self._args)
+        except Error:
+            if self._temporary:
+                try:
+                    os.remove(self.output)
+                except OSError:
+                    pass
+            raise
         return self
 
     def close(self) -> dict:
@@ -195,6 +230,24 @@ class Rig:
     def now_s(self) -> float:
         """Now, on the recording's timeline (s)."""
         return self._meter().now_s()
+
+    def drive(self, line: int, high: bool = True, pulse_s: Optional[float] = None) -> None:
+        """Drives the rig's trigger output ``line`` high (``high=False``: low) and waits
+        for the rig to answer: held at that level, or with ``pulse_s`` back to the other
+        level after that long, timed by the rig's clock (to its tick). The recording has
+        each change as an edge row of line ``line | 0x80`` (128 for output 0), at the
+        rig's time of it. A line the rig does not have raises :class:`Error`."""
+        self._meter().drive(line, high, pulse_s)
+
+    def pulse(self, line: int, width_s: float, high: bool = True) -> None:
+        """A pulse of ``width_s`` on trigger output ``line``: high, then low (or low,
+        then high with ``high=False``), as :meth:`drive` with ``pulse_s``."""
+        self._meter().drive(line, high, width_s)
+
+    def mark(self, text: str) -> None:
+        """Marks the recording now: a log row ``mark: <text>`` at the host's time of the
+        call on the recording's timeline."""
+        self._meter().mark(text)
 
     @property
     def progress(self) -> dict:

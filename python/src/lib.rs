@@ -4,6 +4,7 @@
 //! them. Errors come back as `railtrace.Error` with the command line's one-line message.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_array::{BooleanArray, RecordBatch};
@@ -114,10 +115,11 @@ fn inspect_json(py: Python<'_>, path: PathBuf) -> PyResult<String> {
     Ok(v.to_string())
 }
 
-/// The digital twin of a bench, running: its rig on a pseudo-terminal at `port`.
+/// The digital twin of a bench, running: its rig on a pseudo-terminal at `port`. Shared
+/// with the meters that read its GPU's logger.
 #[pyclass(unsendable)]
 struct Twin {
-    twin: Option<railtrace_twin::Twin>,
+    twin: Option<Arc<railtrace_twin::Twin>>,
     port: String,
 }
 
@@ -131,7 +133,7 @@ impl Twin {
         let twin = railtrace_twin::Twin::start(&loaded).map_err(err)?;
         let port = twin.path().display().to_string();
         Ok(Twin {
-            twin: Some(twin),
+            twin: Some(Arc::new(twin)),
             port,
         })
     }
@@ -141,13 +143,47 @@ impl Twin {
         self.port.clone()
     }
 
-    /// Stops the twin (again: nothing).
+    /// Stops the twin (again: nothing); refused while a rig still reads its GPU's
+    /// logger.
     fn stop(&mut self) -> PyResult<()> {
-        match self.twin.take() {
-            Some(t) => t.stop().map_err(err),
+        match self.twin.take().map(Arc::try_unwrap) {
+            Some(Ok(t)) => t.stop().map_err(err),
+            Some(Err(shared)) => {
+                self.twin = Some(shared);
+                Err(Error::new_err(
+                    "the twin's GPU logger is still read by a rig: close the rig first",
+                ))
+            }
             None => Ok(()),
         }
     }
+}
+
+/// The GPU logger `logger` names: a `Twin` (its GPU's logger) or a name (`nvml`,
+/// `hwmon`, `gpu-metrics`).
+fn open_logger(logger: &Bound<'_, PyAny>) -> PyResult<Box<dyn railtrace::gpu::PowerLogger + Send>> {
+    if let Ok(twin) = logger.extract::<PyRef<'_, Twin>>() {
+        let twin = twin
+            .twin
+            .clone()
+            .ok_or_else(|| Error::new_err("the twin is stopped: its GPU has no logger to read"))?;
+        return Ok(Box::new(railtrace::meter::SharedTwinLogger::new(twin)));
+    }
+    let what = "a twin, or the name of a GPU logger (nvml, hwmon, gpu-metrics)";
+    let name: String = logger
+        .extract()
+        .map_err(|_| Error::new_err(format!("logger: {what}")))?;
+    match name.as_str() {
+        "hwmon" | "gpu-metrics" => {}
+        "nvml" if cfg!(feature = "nvml") => {}
+        "nvml" => {
+            return Err(Error::new_err(
+                "logger \"nvml\": this railtrace package was built without NVML (build it with MATURIN_PEP517_ARGS=\"--features nvml\" pip install ./python)",
+            ))
+        }
+        other => return Err(Error::new_err(format!("logger {other:?}: {what}"))),
+    }
+    railtrace::gpu::open_logger(&name, None, 0).map_err(anyhow_err)
 }
 
 /// A rig captured in the background (`railtrace::meter::Meter`).
@@ -159,7 +195,8 @@ struct Meter {
 #[pymethods]
 impl Meter {
     #[new]
-    #[pyo3(signature = (port, output, rate=None, rig=None, force=false, wait_s=10.0))]
+    #[pyo3(signature = (port, output, rate=None, rig=None, force=false, wait_s=10.0, logger=None))]
+    #[allow(clippy::too_many_arguments)] // Python's keyword arguments
     fn new(
         py: Python<'_>,
         port: PathBuf,
@@ -168,12 +205,14 @@ impl Meter {
         rig: Option<PathBuf>,
         force: bool,
         wait_s: f64,
+        logger: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Meter> {
         let rig = rig
             .as_deref()
             .map(RigFile::read)
             .transpose()
             .map_err(anyhow_err)?;
+        let logger = logger.map(open_logger).transpose()?;
         let config = Config {
             rig,
             rate_hz: rate,
@@ -181,10 +220,40 @@ impl Meter {
             replace: force,
             ..Config::new(port, output)
         };
+        let wait = Duration::from_secs_f64(wait_s);
         let meter = py
-            .detach(|| railtrace::meter::Meter::start(config, Duration::from_secs_f64(wait_s)))
+            .detach(|| {
+                let mut meter = railtrace::meter::Meter::start(config, wait)?;
+                if let Some(logger) = logger {
+                    meter.start_logger(logger, wait)?;
+                }
+                Ok::<_, railtrace::meter::MeterError>(meter)
+            })
             .map_err(err)?;
         Ok(Meter { meter })
+    }
+
+    /// Drives trigger output `line`, held or as a pulse of `pulse_s`, waiting up to
+    /// `wait_s` for the rig's answer.
+    #[pyo3(signature = (line, high=true, pulse_s=None, wait_s=5.0))]
+    fn drive(
+        &self,
+        py: Python<'_>,
+        line: i64,
+        high: bool,
+        pulse_s: Option<f64>,
+        wait_s: f64,
+    ) -> PyResult<()> {
+        let line = u8::try_from(line)
+            .map_err(|_| Error::new_err(format!("the rig has no trigger output {line}")))?;
+        let meter = &self.meter;
+        py.detach(|| meter.drive(line, high, pulse_s, Duration::from_secs_f64(wait_s)))
+            .map_err(err)
+    }
+
+    /// Writes a mark into the recording now.
+    fn mark(&self, text: &str) -> PyResult<()> {
+        self.meter.mark(text).map_err(err)
     }
 
     /// The rails' names.

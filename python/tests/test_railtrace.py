@@ -1,9 +1,11 @@
 """railtrace from Python against the digital twin: capture a few seconds, read them as
 they come and from the recording, and an energy window whose energy is the recording's
-own integral over it."""
+own integral over it; the rig's trigger outputs driven, marks in the recording, and the
+twin GPU's own logger read beside the rig."""
 
 import os
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -31,6 +33,8 @@ def test_an_energy_window_is_the_recordings_integral(twin, tmp_path):
     assert abs(w.samples - w.duration_s * 1e5) <= 2
     assert 140 < w.mean_w < 620  # the twin's GPU: 140 W idle, kernels up to ~620 W
     assert abs(w.energy_j - w.mean_w * w.duration_s) < 1e-9 * w.energy_j
+    # No GPU logger read: no logger figures.
+    assert w.logger_energy_j is None and w.logger_mean_w is None and w.logger_readings is None
 
     rec = railtrace.open(out)
     s = rec.samples()
@@ -84,6 +88,117 @@ def test_errors_say_what_was_wrong(tmp_path):
     rig = railtrace.Rig("/dev/null")
     with pytest.raises(railtrace.Error, match="not started"):
         rig.read()
+
+
+RIG = Path(__file__).resolve().parents[2] / "hardware" / "rigs" / "pcie-2x8pin-hs.toml"
+
+
+def rows(rec, kind):
+    """The rows of one kind as a list of dicts, in time order."""
+    t = rec.table([kind])
+    return sorted(t.to_pylist(), key=lambda r: r["time_s"])
+
+
+def test_a_pulse_on_a_trigger_output_is_recorded_as_two_edges(twin, tmp_path):
+    out = tmp_path / "pulse.arrow"
+    # The twin's rig is the fast rig, whose description names output 0 "spare".
+    with railtrace.Rig(twin.port, output=out, rig=RIG) as rig:
+        time.sleep(0.2)
+        before = rig.now_s()
+        rig.pulse(0, 0.02)
+        after = rig.now_s()
+        time.sleep(0.1)
+    rec = railtrace.open(out)
+    tick_hz = rec.info["device"]["tick_hz"]
+    edges = [e for e in rows(rec, "edge") if e["line"] == 0x80]
+    assert [e["rising"] for e in edges] == [True, False], edges
+    assert all(e["text"] == "spare" for e in edges), edges
+    rise, fall = edges[0]["time_s"], edges[1]["time_s"]
+    # The rig raises the line when the command arrives: between the call and its answer,
+    # on the recording's timeline (the device's clock anchored to the host's by time
+    # sync, within a few ms).
+    assert before - 0.005 < rise < after + 0.005, (before, rise, after)
+    # The rig times the pulse: 0.02 s is 480 000 ticks of its 24 MHz clock exactly (a
+    # pulse is rounded to the nearest tick, half a tick at most), counted from the rising
+    # edge's tick, and its firmware lowers the line at the first pass of its main loop
+    # once due. The twin runs that loop every 250 µs plus the OS's sleep overshoot; 10 ms
+    # leaves room for a loaded machine.
+    width = fall - rise
+    assert 0.02 - 1 / tick_hz <= width < 0.02 + 0.010, width
+
+
+def test_driving_a_line_the_rig_lacks_says_so(twin):
+    with railtrace.Rig(twin.port) as rig:
+        with pytest.raises(railtrace.Error, match=r"no trigger output 3 \(it has 1\)"):
+            rig.drive(3)
+        with pytest.raises(railtrace.Error, match="no trigger output 300"):
+            rig.drive(300)
+        with pytest.raises(railtrace.Error, match="more than 0 s"):
+            rig.pulse(0, 0.0)
+        rig.drive(0, high=False)  # output 0 answers, held low
+    with pytest.raises(railtrace.Error, match="not started"):
+        rig.drive(0)
+
+
+def test_marks_are_log_rows_at_the_time_they_were_made(twin, tmp_path):
+    out = tmp_path / "marks.arrow"
+    with railtrace.Rig(twin.port, output=out) as rig:
+        time.sleep(0.2)
+        before = rig.now_s()
+        rig.mark("kernel launched")
+        after = rig.now_s()
+        with rig.window("busy") as w:
+            time.sleep(0.2)
+    logs = rows(railtrace.open(out), "log")
+    texts = [r["text"] for r in logs]
+    mark = [r for r in logs if r["text"] == "mark: kernel launched"]
+    assert len(mark) == 1, texts
+    # Stamped with the host's clock at the call, on the recording's timeline.
+    assert before <= mark[0]["time_s"] <= after, (before, mark, after)
+    # The window's opening and closing, at its start and end.
+    opened = [r for r in logs if r["text"] == "mark: window busy opened"]
+    closed = [r for r in logs if r["text"].startswith("mark: window busy closed: ")]
+    assert len(opened) == 1 and len(closed) == 1, texts
+    assert abs(opened[0]["time_s"] - w.start_s) < 1e-6 and abs(closed[0]["time_s"] - w.end_s) < 1e-6
+    assert f"{w.energy_j:.6f} J over {w.duration_s:.6f} s" in closed[0]["text"], closed
+
+
+def test_a_window_has_the_gpu_loggers_energy_beside_the_rigs(twin, tmp_path):
+    out = tmp_path / "logger.arrow"
+    with railtrace.Rig(twin.port, output=out, logger=twin) as rig:
+        time.sleep(0.3)
+        with rig.window("one second") as w:
+            time.sleep(1.0)
+    # The twin's default logger reports a 1 ms box average every 1 ms: a reading stamped
+    # every millisecond of the window.
+    assert abs(w.logger_readings - w.duration_s * 1e3) <= 2, w
+    assert abs(w.logger_mean_w - w.logger_energy_j / w.duration_s) < 1e-9 * w.logger_mean_w
+    # Both read the same GPU, which idles at 140 W and runs its kernels at up to ~620 W.
+    # The logger at gain 1 and offset 0 with a 1 W quantum (±0.5 W a reading, averaging
+    # out); the rig through its sensors' gain errors (0.4 % at most a channel, in the
+    # default scenario's rig truth); each logger reading held for the millisecond after
+    # the box it averaged, which moves at most ~0.5 J (480 W × 1 ms) across each end of
+    # the window, under 1 % of its ≥ 140 J. Within 2 %:
+    assert abs(w.logger_energy_j / w.energy_j - 1) < 0.02, w
+    rec = railtrace.open(out)
+    # The readings are in the recording, on its timeline.
+    readings = rows(rec, "logger")
+    assert rec.info["logger"]["readings"] == len(readings) > 1000
+    inside = [r for r in readings if w.start_s <= r["time_s"] <= w.end_s]
+    assert len(inside) == w.logger_readings
+    assert any(r["text"].startswith("mark: window one second closed: ") and "the GPU's logger" in r["text"]
+               for r in rows(rec, "log"))
+
+
+def test_a_logger_must_be_a_twin_or_a_name(twin):
+    with pytest.raises(railtrace.Error, match="a twin, or the name of a GPU logger"):
+        railtrace.Rig(twin.port, logger=3).start()
+    with pytest.raises(railtrace.Error, match='logger "smi": a twin, or the name of a GPU logger'):
+        railtrace.Rig(twin.port, logger="smi").start()
+    # A twin whose GPU's logger a rig reads is not stopped under it.
+    with railtrace.Rig(twin.port, logger=twin):
+        with pytest.raises(railtrace.Error, match="close the rig first"):
+            twin.stop()
 
 
 @pytest.fixture(scope="module")
