@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use railtrace::capture::{replay, Config};
+use railtrace::link::capture::{replay, Config};
 use railtrace_protocol::{
     encode_frame_vec, max_block_samples, ChannelInfo, Codes, Decoder, DeviceInfo, Message,
     Quantity, SampleBlock, PROTOCOL_VERSION,

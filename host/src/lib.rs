@@ -10,15 +10,7 @@
 //!   calibration and the correction of its profile, power models, paired traces;
 //! - [`demo`]: the whole job on the digital twin, the stages composed.
 pub mod analysis;
-pub mod capture;
 pub mod demo;
 pub mod gpu;
 pub mod link;
-pub mod meter;
 pub mod store;
-pub mod transport;
-
-// Paths the capture, the meter and the Python package still use.
-pub use analysis::{calibrate, correct, logger_model};
-pub use gpu::profile;
-pub use store::{inspect, recording};

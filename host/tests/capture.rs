@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use railtrace::capture::{capture, Config, Counters, Summary};
+use railtrace::link::capture::{capture, Config, Counters, Summary};
 use railtrace::store::recording::{self, Kind, Recording, Rows};
 
 mod common;
@@ -539,7 +539,7 @@ fn bad_input_is_refused_in_one_line() {
         .build()
         .unwrap();
     let entered = rt.enter();
-    let held = railtrace::transport::Rig::open(twin.path()).unwrap();
+    let held = railtrace::link::transport::Rig::open(twin.path()).unwrap();
     refused(
         &railtrace(&["capture", "--port", twin.path().to_str().unwrap(), "-o", o]),
         "the port is busy",
@@ -658,7 +658,7 @@ fn captured_watts_are_the_twins_true_watts_within_its_sensor_errors() {
     let out = dir.join("truth.arrow");
     let mut c = config(twin.path(), out.clone(), 2.0);
     let rig = Path::new(env!("CARGO_MANIFEST_DIR")).join("../hardware/rigs/pcie-2x8pin-hs.toml");
-    c.rig = Some(railtrace::capture::RigFile::read(&rig).unwrap());
+    c.rig = Some(railtrace::link::capture::RigFile::read(&rig).unwrap());
     run(&c);
     twin.stop().unwrap();
     // The truth: every rail's true current and voltage at every conversion, by device tick.

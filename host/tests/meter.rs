@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use railtrace::capture::Config;
-use railtrace::meter::Meter;
+use railtrace::link::capture::Config;
+use railtrace::link::meter::Meter;
 use railtrace::store::recording::{self, Kind, Rows};
 
 mod common;

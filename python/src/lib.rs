@@ -12,9 +12,9 @@ use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use railtrace::capture::{Config, RigFile};
-use railtrace::logger_model::LoggerModel;
-use railtrace::recording::{self, Kind, Rows, Source};
+use railtrace::analysis::logger_model::LoggerModel;
+use railtrace::link::capture::{Config, RigFile};
+use railtrace::store::recording::{self, Kind, Rows, Source};
 
 create_exception!(
     _railtrace,
@@ -108,7 +108,7 @@ fn ipc(
 #[pyfunction]
 fn inspect_json(py: Python<'_>, path: PathBuf) -> PyResult<String> {
     let (s, rails) = py
-        .detach(|| railtrace::inspect::summarise(&path))
+        .detach(|| railtrace::store::inspect::summarise(&path))
         .map_err(anyhow_err)?;
     let mut v = serde_json::to_value(&s).map_err(err)?;
     v["rails"] = serde_json::json!(rails);
@@ -167,7 +167,9 @@ fn open_logger(logger: &Bound<'_, PyAny>) -> PyResult<Box<dyn railtrace::gpu::Po
             .twin
             .clone()
             .ok_or_else(|| Error::new_err("the twin is stopped: its GPU has no logger to read"))?;
-        return Ok(Box::new(railtrace::meter::SharedTwinLogger::new(twin)));
+        return Ok(Box::new(railtrace::link::meter::SharedTwinLogger::new(
+            twin,
+        )));
     }
     let what = "a twin, or the name of a GPU logger (nvml, hwmon, gpu-metrics)";
     let name: String = logger
@@ -186,10 +188,10 @@ fn open_logger(logger: &Bound<'_, PyAny>) -> PyResult<Box<dyn railtrace::gpu::Po
     railtrace::gpu::open_logger(&name, None, 0).map_err(anyhow_err)
 }
 
-/// A rig captured in the background (`railtrace::meter::Meter`).
+/// A rig captured in the background (`railtrace::link::meter::Meter`).
 #[pyclass(unsendable)]
 struct Meter {
-    meter: railtrace::meter::Meter,
+    meter: railtrace::link::meter::Meter,
 }
 
 #[pymethods]
@@ -223,11 +225,11 @@ impl Meter {
         let wait = Duration::from_secs_f64(wait_s);
         let meter = py
             .detach(|| {
-                let mut meter = railtrace::meter::Meter::start(config, wait)?;
+                let mut meter = railtrace::link::meter::Meter::start(config, wait)?;
                 if let Some(logger) = logger {
                     meter.start_logger(logger, wait)?;
                 }
-                Ok::<_, railtrace::meter::MeterError>(meter)
+                Ok::<_, railtrace::link::meter::MeterError>(meter)
             })
             .map_err(err)?;
         Ok(Meter { meter })
@@ -323,7 +325,7 @@ fn profile_twin(
     with_rig: bool,
     force: bool,
 ) -> PyResult<String> {
-    use railtrace::profile::{on_twin, rig_path, Plan, Run};
+    use railtrace::gpu::profile::{on_twin, rig_path, Plan, Run};
     let (lo, hi) = delay_ms;
     if !(lo >= 0.0 && hi >= lo) {
         return Err(Error::new_err(format!(
@@ -381,7 +383,7 @@ fn calibrate(
     column: String,
     family: Option<String>,
 ) -> PyResult<(String, String, f64, usize)> {
-    use railtrace::calibrate::{Family, Request};
+    use railtrace::analysis::calibrate::{Family, Request};
     let column = column.parse().map_err(err)?;
     let family = family
         .map(|f| {
@@ -403,8 +405,8 @@ fn calibrate(
         family,
     };
     let c = py
-        .detach(|| railtrace::calibrate::calibrate(&input, rig, req, |_| {}))
-        .map_err(anyhow_err)?;
+        .detach(|| railtrace::analysis::calibrate::calibrate(&input, rig, req, |_| {}))
+        .map_err(err)?;
     let toml = c.model.to_toml().map_err(anyhow_err)?;
     let json = serde_json::to_string(&c.model).map_err(err)?;
     Ok((toml, json, c.seconds, c.reference_samples))
@@ -458,12 +460,18 @@ fn correct<'py>(
     bin_us: f64,
 ) -> PyResult<(Bound<'py, PyBytes>, String)> {
     let model = LoggerModel::read(&logger).map_err(anyhow_err)?;
-    let rig = rig.unwrap_or_else(|| railtrace::profile::rig_path(&profile));
+    let rig = rig.unwrap_or_else(|| railtrace::gpu::profile::rig_path(&profile));
     let (bytes, figures) = py
         .detach(|| -> anyhow::Result<(Vec<u8>, String)> {
-            let c = railtrace::correct::correct(&profile, &rig, &model, &logger, bin_us * 1e-6)?;
-            let figures = railtrace::correct::figures(&c, &model, &logger);
-            let batch = railtrace::correct::table(&c, &figures)?;
+            let c = railtrace::analysis::correct::correct(
+                &profile,
+                &rig,
+                &model,
+                &logger,
+                bin_us * 1e-6,
+            )?;
+            let figures = railtrace::analysis::correct::figures(&c, &model, &logger);
+            let batch = railtrace::analysis::correct::table(&c, &figures)?;
             let mut w = arrow_ipc::writer::StreamWriter::try_new(Vec::new(), &batch.schema())?;
             w.write(&batch)?;
             w.finish()?;

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use railtrace::transport::{Rig, TransportError};
+use railtrace::link::transport::{Rig, TransportError};
 use railtrace_protocol::{cobs, crc32c};
 
 const T: Duration = Duration::from_secs(5);

@@ -3,7 +3,6 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
 pub use railtrace_calibration::logger::Family;
 use railtrace_calibration::logger::{
     identify, period_from_changes, LatticeBuilder, Options as IdentifyOptions,
@@ -11,9 +10,54 @@ use railtrace_calibration::logger::{
 
 use crate::analysis::logger_model::{LoggerModel, Provenance};
 use crate::analysis::paired;
-use crate::analysis::stitch::{reduced_timeline, Options, Reduced, EXACT_SAMPLES};
+use crate::analysis::stitch::{reduced_timeline, AnalysisError, Options, Reduced, EXACT_SAMPLES};
 use crate::gpu::profile::rig_path;
-use crate::store::recording::{self, iso_utc, LoggerColumn};
+use crate::store::recording::{self, iso_utc, LoggerColumn, RecordingError};
+
+/// Why a logger could not be calibrated.
+#[derive(Debug, thiserror::Error)]
+pub enum CalibrateError {
+    /// A recording could not be read.
+    #[error(transparent)]
+    Recording(#[from] RecordingError),
+    /// A profiling run's recordings could not be put on one timeline.
+    #[error(transparent)]
+    Analysis(#[from] AnalysisError),
+    /// The reference's samples are unusable.
+    #[error("{path}: the reference: {why}")]
+    Reference {
+        /// The recording.
+        path: PathBuf,
+        /// What is wrong with them.
+        why: String,
+    },
+    /// No logger readings, or no reference samples.
+    #[error("{path}: needs reference samples and logger readings ({samples} samples here, and no readings of the logger's {column})")]
+    Empty {
+        /// The recording.
+        path: PathBuf,
+        /// Reference samples found.
+        samples: u64,
+        /// The logger's readings asked for.
+        column: LoggerColumn,
+    },
+    /// No family fits the readings.
+    #[error("{path}: the logger could not be identified: {why}")]
+    Identification {
+        /// The recording.
+        path: PathBuf,
+        /// Why.
+        why: String,
+    },
+    /// The family asked for was not fitted.
+    #[error("{path}: no {family} fit to write")]
+    NoFit {
+        /// The recording.
+        path: PathBuf,
+        /// The family.
+        family: Family,
+    },
+}
 
 /// What to identify: the readings, the period if known, the family if forced.
 #[derive(Debug, Clone, Copy, Default)]
@@ -33,22 +77,22 @@ fn from_recording(
     path: &Path,
     period_ms: Option<f64>,
     column: LoggerColumn,
-) -> anyhow::Result<(Reduced, String, String)> {
+) -> Result<(Reduced, String, String), CalibrateError> {
     let rec = paired::read(path, column)?;
+    let unusable = |e: &dyn std::fmt::Display| CalibrateError::Reference {
+        path: path.to_path_buf(),
+        why: e.to_string(),
+    };
     let spacing = median_spacing(&rec.meter_t);
     let cell = cell_for(&rec.logger_t, &rec.logger_w, period_ms, spacing);
     let mut lattice = LatticeBuilder::new(cell)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+        .map_err(|e| unusable(&e))?
         .exact_up_to(EXACT_SAMPLES);
     for (&t, &w) in rec.meter_t.iter().zip(&rec.meter_w) {
-        lattice
-            .push(t, w)
-            .map_err(|e| anyhow::anyhow!("{}: the reference: {e}", path.display()))?;
+        lattice.push(t, w).map_err(|e| unusable(&e))?;
     }
     let samples = lattice.samples();
-    let reference = lattice
-        .finish()
-        .map_err(|e| anyhow::anyhow!("{}: the reference: {e}", path.display()))?;
+    let reference = lattice.finish().map_err(|e| unusable(&e))?;
     let device = rec.meter.as_deref().unwrap_or("its samples");
     let described = format!("{device} ({})", rec.source);
     let logger = rec.logger.unwrap_or_else(|| "its logger rows".into());
@@ -104,7 +148,7 @@ pub fn calibrate(
     rig: Option<PathBuf>,
     req: Request,
     progress: impl Fn(&str),
-) -> anyhow::Result<Calibrated> {
+) -> Result<Calibrated, CalibrateError> {
     let Request {
         period_ms,
         column,
@@ -143,12 +187,13 @@ pub fn calibrate(
         from_recording(input, period_ms, column)?
     };
     drop(head);
-    anyhow::ensure!(
-        !t.logger_t.is_empty(),
-        "{}: needs reference samples and logger readings ({} samples here, and no readings of the logger's {column})",
-        input.display(),
-        t.samples,
-    );
+    if t.logger_t.is_empty() {
+        return Err(CalibrateError::Empty {
+            path: input.to_path_buf(),
+            samples: t.samples,
+            column,
+        });
+    }
     let opts = IdentifyOptions {
         period_s: period_ms.map(|p| p * 1e-3),
         ..IdentifyOptions::default()
@@ -159,13 +204,17 @@ pub fn calibrate(
         t.samples
     ));
     let started = std::time::Instant::now();
-    let ident = identify(&t.reference, &t.logger_t, &t.logger_w, &opts)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", input.display()))
-        .context("the logger could not be identified")?;
+    let ident = identify(&t.reference, &t.logger_t, &t.logger_w, &opts).map_err(|e| {
+        CalibrateError::Identification {
+            path: input.to_path_buf(),
+            why: e.to_string(),
+        }
+    })?;
     let fit = match family {
-        Some(f) => ident
-            .fit(f)
-            .with_context(|| format!("{}: no {f} fit to write", input.display()))?,
+        Some(f) => ident.fit(f).ok_or_else(|| CalibrateError::NoFit {
+            path: input.to_path_buf(),
+            family: f,
+        })?,
         None => ident.best(),
     };
     let mean_w = t.logger_w.iter().sum::<f64>() / t.logger_w.len() as f64;

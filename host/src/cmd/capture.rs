@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use railtrace::capture::{capture, Config, Counters, Progress, RigFile};
+use railtrace::link::capture::{capture, Config, Counters, Progress, RigFile};
 
 /// Records a rig's stream into an Arrow IPC stream file until Ctrl-C or --duration.
 #[derive(Debug, clap::Args)]

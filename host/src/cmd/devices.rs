@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use railtrace::transport::Rig;
+use railtrace::link::transport::Rig;
 
 /// Lists serial ports and asks each whether it is a rig.
 #[derive(Debug, clap::Args)]

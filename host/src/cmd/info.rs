@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use railtrace::transport::{Info, Rig};
+use railtrace::link::transport::{Info, Rig};
 
 /// Asks a rig for its DeviceInfo.
 #[derive(Debug, clap::Args)]

@@ -201,7 +201,7 @@ pub fn on_twin(
     output: &Path,
     rate_hz: Option<u32>,
     progress: impl FnMut(usize),
-) -> anyhow::Result<(usize, crate::capture::Summary)> {
+) -> anyhow::Result<(usize, crate::link::capture::Summary)> {
     use anyhow::Context;
     let loaded = match scenario {
         Some(p) => railtrace_twin::load_scenario(p)?,

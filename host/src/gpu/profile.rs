@@ -14,8 +14,8 @@ use anyhow::Context;
 use railtrace_calibration::align::{fit_brackets, Bracket};
 
 use crate::analysis::stitch::{gpu_view, GpuSide, LoggerStamp};
-use crate::capture::{capture, Config, Counters, Summary};
 use crate::gpu::{host_now_ns, ExecutionRecord, GpuError, GpuRunner, Launch, PowerLogger, Stamp};
+use crate::link::capture::{capture, Config, Counters, Summary};
 use crate::link::trigger::{Driven, Quiet, TriggerError, TriggerOut};
 use crate::store::recording::{Event, Meta, RecordingError, Writer, FORMAT_VERSION};
 

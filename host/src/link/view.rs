@@ -34,8 +34,8 @@ use tokio::sync::broadcast;
 
 use anyhow::Context;
 
-use crate::capture::{capture, Config, Counters, Progress, Tap};
 use crate::gpu::{PowerLogger, Stamp};
+use crate::link::capture::{capture, Config, Counters, Progress, Tap};
 use crate::link::stop;
 use crate::store::plot::{self, Bin};
 use crate::store::recording::{self, Event, Kind};
@@ -618,7 +618,7 @@ pub fn live(
     logger: Option<Box<dyn PowerLogger + Send>>,
     ctrl_c: &'static AtomicBool,
     announce: impl FnOnce(SocketAddr, &str),
-) -> anyhow::Result<(crate::capture::Summary, bool)> {
+) -> anyhow::Result<(crate::link::capture::Summary, bool)> {
     let done = Arc::new(AtomicBool::new(false));
     // Live: the twin's rig or a real one, captured as `railtrace capture` does.
     let twin = match &opts.twin {
@@ -644,7 +644,7 @@ pub fn live(
     let counters = Arc::new(Counters::default());
     let config = Config {
         rig: match (&twin, &opts.rig) {
-            (None, Some(r)) => Some(crate::capture::RigFile::read(r)?),
+            (None, Some(r)) => Some(crate::link::capture::RigFile::read(r)?),
             _ => None,
         },
         rate_hz: opts.rate_hz,

@@ -20,12 +20,12 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::capture::{
+use crate::gpu::{GpuError, LoggerReading, PowerLogger, Stamp};
+use crate::link::capture::{
     capture_controlled, CaptureError, Config, Control, ControlError, Counters, Progress, Summary,
     Tap,
 };
-use crate::gpu::{GpuError, LoggerReading, PowerLogger, Stamp};
-use crate::recording::Event;
+use crate::store::recording::Event;
 
 /// Samples kept for [`Meter::read`] when nobody reads them (older ones are dropped from
 /// the read buffer and counted; the recording keeps them all).
@@ -148,7 +148,7 @@ impl Tap for Gauge {
         let n = watts.len() / rails;
         for (i, row) in watts.chunks_exact(rails).enumerate() {
             let t = t_s + i as f64 * period_s;
-            let total = f64::from(crate::recording::total_w(row.iter().copied()));
+            let total = f64::from(crate::store::recording::total_w(row.iter().copied()));
             for w in s.windows.iter_mut().flatten() {
                 if t >= w.start_s && t < w.end_s {
                     w.energy_j += total * period_s;

@@ -1,4 +1,4 @@
-//! Capture: a rig's stream, from its serial port into a [`recording`](crate::recording).
+//! Capture: a rig's stream, from its serial port into a [`recording`](crate::store::recording).
 //!
 //! Two sides joined by a lock-free ring buffer (ringbuf):
 //! - the reader, on a tokio runtime: the serial port, the protocol decoder, commands,
@@ -24,8 +24,10 @@ use railtrace_rig::{Measures, RigDescription};
 use ringbuf::traits::{Consumer, Producer, Split};
 use ringbuf::HeapRb;
 
-use crate::recording::{Claim, Derive, Event, Kind, Meta, RecordingError, Writer, FORMAT_VERSION};
-use crate::transport::{Info, Rig, TransportError};
+use crate::link::transport::{Info, Rig, TransportError};
+use crate::store::recording::{
+    Claim, Derive, Event, Kind, Meta, RecordingError, Writer, FORMAT_VERSION,
+};
 
 /// Records in flight between reader and writer: at 8 channels and 100 kS/s the device
 /// sends about 1 600 blocks a second, so this is several seconds of stream.
