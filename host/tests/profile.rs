@@ -7,10 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use railtrace::analysis::stitch::{analyse, Analysis, Options};
-use railtrace::gpu::profile::{acquire, rig_path, Plan};
+use railtrace::gpu::profile::{acquire, Plan};
 use railtrace::gpu::twin::{TwinGpu, TwinTrigger};
 use railtrace::gpu::Launch;
 use railtrace::link::capture::{capture, Config, Counters};
+use railtrace::store::recording::rig_path;
 use railtrace_calibration::binning::cluster;
 use railtrace_calibration::stitch::{assign, profile, Execution, Policy, Reading};
 

@@ -325,7 +325,8 @@ fn profile_twin(
     with_rig: bool,
     force: bool,
 ) -> PyResult<String> {
-    use railtrace::gpu::profile::{on_twin, rig_path, Plan, Run};
+    use railtrace::gpu::profile::{on_twin, Plan, Run};
+    use railtrace::store::recording::rig_path;
     let (lo, hi) = delay_ms;
     if !(lo >= 0.0 && hi >= lo) {
         return Err(Error::new_err(format!(
@@ -460,7 +461,7 @@ fn correct<'py>(
     bin_us: f64,
 ) -> PyResult<(Bound<'py, PyBytes>, String)> {
     let model = LoggerModel::read(&logger).map_err(anyhow_err)?;
-    let rig = rig.unwrap_or_else(|| railtrace::gpu::profile::rig_path(&profile));
+    let rig = rig.unwrap_or_else(|| railtrace::store::recording::rig_path(&profile));
     let (bytes, figures) = py
         .detach(|| -> anyhow::Result<(Vec<u8>, String)> {
             let c = railtrace::analysis::correct::correct(

@@ -11,7 +11,7 @@ use railtrace_calibration::logger::{
 use crate::analysis::logger_model::{LoggerModel, Provenance};
 use crate::analysis::paired;
 use crate::analysis::stitch::{reduced_timeline, AnalysisError, Options, Reduced, EXACT_SAMPLES};
-use crate::gpu::profile::rig_path;
+use crate::store::recording::rig_path;
 use crate::store::recording::{self, iso_utc, LoggerColumn, RecordingError};
 
 /// Why a logger could not be calibrated.
@@ -226,7 +226,7 @@ pub fn calibrate(
             input: input.display().to_string(),
             reference,
             logger,
-            created_utc: iso_utc(crate::gpu::host_now_ns()),
+            created_utc: iso_utc(recording::host_now_ns()),
             railtrace: env!("CARGO_PKG_VERSION").into(),
             column: column.column().into(),
             period_given_s: period_ms.map(|p| p * 1e-3),

@@ -224,32 +224,6 @@ fn reference_lag(rig: &[Point], duration: f64, spread: f64) -> Option<f64> {
         .then_some(lag)
 }
 
-/// What the logger would read of a profile `(bin start, mean power)` on a uniform grid
-/// `dt` wide: `gain·(h ∗ P)(t − delay) + offset`, with `idle_w` before the first bin and
-/// the delay rounded to whole bins.
-pub fn through_logger(
-    power: &[(f64, f64)],
-    dt: f64,
-    logger: &LoggerKernel,
-    idle_w: f64,
-) -> Vec<(f64, f64)> {
-    let shift = (logger.delay_s / dt).round() as i64;
-    let at = |k: i64| {
-        usize::try_from(k)
-            .ok()
-            .and_then(|k| power.get(k))
-            .map_or(idle_w, |p| p.1)
-    };
-    (0..power.len() as i64)
-        .map(|k| {
-            let conv: f64 = (logger.kernel.iter().enumerate())
-                .map(|(j, h)| h * at(k - shift - j as i64))
-                .sum();
-            (power[k as usize].0, logger.gain * conv + logger.offset_w)
-        })
-        .collect()
-}
-
 /// The figures of a correction, as `railtrace correct --json` prints them and the
 /// corrected file's metadata holds them.
 pub fn figures(c: &Corrected, model: &LoggerModel, model_path: &Path) -> serde_json::Value {

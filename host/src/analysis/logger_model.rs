@@ -22,7 +22,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use railtrace_calibration::deconvolve::Response;
+use railtrace_calibration::deconvolve::{LoggerKernel, Response};
 use railtrace_calibration::logger::{FamilyFit, Identification, Shape};
 use serde::{Deserialize, Serialize};
 
@@ -270,7 +270,7 @@ impl LoggerModel {
         let h =
             railtrace_calibration::deconvolve::kernel(&self.response(dt_s, delay)?, dt_s, delay)
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let logger = railtrace_calibration::deconvolve::LoggerKernel {
+        let logger = LoggerKernel {
             kernel: h,
             delay_s: 0.0,
             gain: self.gain,
@@ -279,12 +279,10 @@ impl LoggerModel {
         let grid: Vec<(f64, f64)> = (power_w.iter().enumerate())
             .map(|(k, &w)| (k as f64 * dt_s, w))
             .collect();
-        Ok(
-            crate::analysis::correct::through_logger(&grid, dt_s, &logger, idle_w)
-                .into_iter()
-                .map(|p| p.1)
-                .collect(),
-        )
+        Ok(through_logger(&grid, dt_s, &logger, idle_w)
+            .into_iter()
+            .map(|p| p.1)
+            .collect())
     }
 
     /// The model file's text (TOML, with its header).
@@ -417,6 +415,32 @@ impl LoggerModel {
         }
         Ok(())
     }
+}
+
+/// What the logger would read of a profile `(bin start, mean power)` on a uniform grid
+/// `dt` wide: `gain·(h ∗ P)(t − delay) + offset`, with `idle_w` before the first bin and
+/// the delay rounded to whole bins.
+pub fn through_logger(
+    power: &[(f64, f64)],
+    dt: f64,
+    logger: &LoggerKernel,
+    idle_w: f64,
+) -> Vec<(f64, f64)> {
+    let shift = (logger.delay_s / dt).round() as i64;
+    let at = |k: i64| {
+        usize::try_from(k)
+            .ok()
+            .and_then(|k| power.get(k))
+            .map_or(idle_w, |p| p.1)
+    };
+    (0..power.len() as i64)
+        .map(|k| {
+            let conv: f64 = (logger.kernel.iter().enumerate())
+                .map(|(j, h)| h * at(k - shift - j as i64))
+                .sum();
+            (power[k as usize].0, logger.gain * conv + logger.offset_w)
+        })
+        .collect()
 }
 
 #[cfg(test)]

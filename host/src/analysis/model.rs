@@ -40,8 +40,7 @@ use railtrace_calibration::power::{
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::logger_model::LoggerModel;
-use crate::analysis::stitch::{analyse, Analysis, Options};
-use crate::demo::{cells, mean_over};
+use crate::analysis::stitch::{analyse, cells, mean_over, Analysis, Options};
 use crate::store::recording::{self, Kind, Rows};
 
 /// The value of `format` in a model file.
@@ -375,7 +374,7 @@ pub fn observe(
     })?;
     let level = gpu.level(&level)?.clone();
     let util = gpu.util(&kernel, &level)?;
-    let rig = crate::gpu::profile::rig_path(path);
+    let rig = recording::rig_path(path);
     let (a, corrected): (Analysis, Option<(f64, f64)>) = match correct {
         Some(c) => {
             let (a, p, idle) = c(path, &rig)?;
@@ -712,7 +711,7 @@ pub fn fit(
         gpu: gpu.origin.clone(),
         kernels,
         levels,
-        created_utc: recording::iso_utc(crate::gpu::host_now_ns()),
+        created_utc: recording::iso_utc(recording::host_now_ns()),
         railtrace: env!("CARGO_PKG_VERSION").into(),
         util,
         dvfs,

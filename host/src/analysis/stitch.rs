@@ -1069,6 +1069,44 @@ impl Analysis {
     }
 }
 
+/// A profile on the TOI axis: cells `[lo, hi)` and their power, W (NaN: no data).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Cell {
+    /// Start, s.
+    pub lo: f64,
+    /// End, s.
+    pub hi: f64,
+    /// Power, W.
+    pub w: f64,
+}
+
+/// A stitched profile's bins as cells (bins without data NaN, left out by
+/// [`mean_over`]).
+pub fn cells(points: &[Point]) -> Vec<Cell> {
+    points
+        .iter()
+        .map(|p| Cell {
+            lo: p.lo_s,
+            hi: p.hi_s,
+            w: if p.n > 0 { p.mean_w } else { f64::NAN },
+        })
+        .collect()
+}
+
+/// A profile's mean over `[a, b]`, cells weighted by their overlap (cells without data
+/// left out).
+pub fn mean_over(cells: &[Cell], a: f64, b: f64) -> f64 {
+    let (mut e, mut t) = (0.0, 0.0);
+    for c in cells.iter().filter(|c| c.w.is_finite()) {
+        let o = c.hi.min(b) - c.lo.max(a);
+        if o > 0.0 {
+            e += c.w * o;
+            t += o;
+        }
+    }
+    e / t
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use railtrace::analysis::correct::{correct, figures, write};
 use railtrace::analysis::logger_model::LoggerModel;
-use railtrace::gpu::profile::rig_path;
+use railtrace::store::recording::rig_path;
 
 /// Deconvolves a profiling run's stitched GPU-logger profile with the logger's identified
 /// response (regularised, power ≥ 0, the idle level before the kernel imposed), writing

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use railtrace::gpu::dvfs::{latencies, on_twin, Latencies, Options, Plan};
-use railtrace::gpu::profile::rig_path;
+use railtrace::store::recording::rig_path;
 
 /// DVFS measurements.
 #[derive(Debug, clap::Args)]

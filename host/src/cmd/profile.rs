@@ -3,12 +3,13 @@
 use std::path::PathBuf;
 
 use railtrace::analysis::stitch::Options;
-use railtrace::gpu::profile::{rig_path, Acquired, Plan, Profiled, Run, Target};
+use railtrace::gpu::profile::{Acquired, Plan, Profiled, Run, Target};
 use railtrace::gpu::Launch;
 #[cfg(any(feature = "rocm", feature = "cuda"))]
 use railtrace::gpu::{GpuRunner, PowerLogger};
 #[cfg(any(feature = "rocm", feature = "cuda"))]
 use railtrace::link::trigger::TriggerOut;
+use railtrace::store::recording::rig_path;
 
 /// Runs a kernel many times with random delays, recording the GPU's executions, its
 /// clock, its own power logger and the rig's capture of the same run.

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use railtrace::analysis::report_plot;
 use railtrace::analysis::stitch::{analyse, Options};
-use railtrace::gpu::profile::rig_path;
+use railtrace::store::recording::rig_path;
 
 /// Aligns the clocks of a profiling run, bins its executions and stitches the GPU
 /// logger's readings and the rig's samples onto the kernel's time axis.

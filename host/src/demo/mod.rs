@@ -17,10 +17,11 @@ use railtrace_twin::scenario::Loaded;
 
 use crate::analysis::calibrate::{self, Calibrated};
 use crate::analysis::correct::{self, Corrected};
-use crate::gpu::profile::{rig_path, Acquired, Plan, Profiled, Run};
+use crate::gpu::profile::{Acquired, Plan, Profiled, Run};
 use crate::gpu::Launch;
+use crate::store::recording::rig_path;
 pub use report::{picture, Curve};
-pub use score::{cells, mean_over, Cell, Score, Scored, Stitched, TrueExecution, Truth};
+pub use score::{Score, Scored, Stitched, TrueExecution, Truth};
 
 /// What a demo runs, and what it checks.
 #[derive(Debug, Clone)]

@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, Context};
 use plotters::prelude::*;
 
-use super::score::{Cell, Score, Scored};
+use super::score::{Score, Scored};
 use super::Check;
+use crate::analysis::stitch::Cell;
 use crate::store::export::{export, Format, Options as ExportOptions};
 
 /// The rows (the first the truth) as a table: each phase's power and its error, each

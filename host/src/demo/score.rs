@@ -15,6 +15,8 @@
 use std::path::Path;
 
 use anyhow::{anyhow, Context};
+
+use crate::analysis::stitch::{cells, mean_over, Cell};
 use arrow_array::{Array, Float64Array, ListArray, RecordBatch};
 
 /// The twin's true GPU power and executions.
@@ -149,17 +151,6 @@ impl Truth {
     pub fn mean(&self, a: f64, b: f64) -> f64 {
         (self.energy_to(b) - self.energy_to(a)) / (b - a)
     }
-}
-
-/// A profile on the TOI axis: cells `[lo, hi)` and their power, W (NaN: no data).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Cell {
-    /// Start, s.
-    pub lo: f64,
-    /// End, s.
-    pub hi: f64,
-    /// Power, W.
-    pub w: f64,
 }
 
 /// The truth stitched on a set of executions.
@@ -328,33 +319,6 @@ impl<'a> Stitched<'a> {
     }
 }
 
-/// A stitched profile's bins as cells (bins without data NaN, left out by
-/// [`mean_over`]).
-pub fn cells(points: &[crate::analysis::stitch::Point]) -> Vec<Cell> {
-    points
-        .iter()
-        .map(|p| Cell {
-            lo: p.lo_s,
-            hi: p.hi_s,
-            w: if p.n > 0 { p.mean_w } else { f64::NAN },
-        })
-        .collect()
-}
-
-/// A profile's mean over `[a, b]`, cells weighted by their overlap (cells without data
-/// left out).
-pub fn mean_over(cells: &[Cell], a: f64, b: f64) -> f64 {
-    let (mut e, mut t) = (0.0, 0.0);
-    for c in cells.iter().filter(|c| c.w.is_finite()) {
-        let o = c.hi.min(b) - c.lo.max(a);
-        if o > 0.0 {
-            e += c.w * o;
-            t += o;
-        }
-    }
-    e / t
-}
-
 /// A profile's figures against the truth.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Score {
@@ -427,7 +391,7 @@ pub fn score(truth: &Truth, c: &crate::analysis::correct::Corrected) -> anyhow::
         .collect();
     let raw = cells(&a.logger);
     let rig = cells(&a.rig);
-    let through = crate::analysis::correct::through_logger(
+    let through = crate::analysis::logger_model::through_logger(
         &rig.iter().map(|c| (c.lo, c.w)).collect::<Vec<_>>(),
         a.options.bin_s,
         &c.logger,

@@ -223,7 +223,7 @@ pub fn on_twin(
     if plan.levels.is_empty() {
         plan.levels = runner.dvfs_levels();
     }
-    let rig_out = crate::gpu::profile::rig_path(output);
+    let rig_out = crate::store::recording::rig_path(output);
     let result = (|| {
         anyhow::ensure!(
             plan.levels.len() >= 2,
@@ -328,7 +328,11 @@ pub fn plot(l: &Latencies, run_path: &Path, out: &Path) -> anyhow::Result<()> {
         trigger_latency_s: l.options.trigger_latency_s,
         ..LinkOptions::default()
     };
-    let t = dvfs_timeline(run_path, &crate::gpu::profile::rig_path(run_path), &link)?;
+    let t = dvfs_timeline(
+        run_path,
+        &crate::store::recording::rig_path(run_path),
+        &link,
+    )?;
     let lat_ms: Vec<f64> = l
         .switches
         .iter()

@@ -11,8 +11,6 @@
 //! On them, the stages that drive a GPU beside the rig: [`profile`] (FinGraV's profiling
 //! run) and [`dvfs`] (DVFS switching latency).
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 pub mod amd_dvfs;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -27,12 +25,7 @@ pub mod recorded;
 pub mod rocm;
 pub mod twin;
 
-/// Host time now, ns since the Unix epoch (the host clock every bracket uses).
-pub fn host_now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64)
-}
+pub use crate::store::recording::host_now_ns;
 
 /// What went wrong on the GPU side.
 #[derive(Debug, thiserror::Error)]

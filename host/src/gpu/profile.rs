@@ -17,7 +17,7 @@ use crate::analysis::stitch::{gpu_view, GpuSide, LoggerStamp};
 use crate::gpu::{host_now_ns, ExecutionRecord, GpuError, GpuRunner, Launch, PowerLogger, Stamp};
 use crate::link::capture::{capture, Config, Counters, Summary};
 use crate::link::trigger::{Driven, Quiet, TriggerError, TriggerOut};
-use crate::store::recording::{Event, Meta, RecordingError, Writer, FORMAT_VERSION};
+use crate::store::recording::{rig_path, Event, Meta, RecordingError, Writer, FORMAT_VERSION};
 
 /// Why a profiling run failed.
 #[derive(Debug, thiserror::Error)]
@@ -365,11 +365,6 @@ pub fn preheat(
         logger.poll()?;
     }
     Ok(())
-}
-
-/// The rig recording beside a profile: `profile.arrow` → `profile.rig.arrow`.
-pub fn rig_path(profile: &Path) -> PathBuf {
-    profile.with_extension("rig.arrow")
 }
 
 /// Runs `run` while the rig on `port` is captured into `rig_out` (at `rate_hz`, the

@@ -17,7 +17,7 @@ use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use railtrace_protocol::{Message, ResultCode, SampleBlock, Status, TriggerEdge};
 use railtrace_rig::{Measures, RigDescription};
@@ -26,7 +26,7 @@ use ringbuf::HeapRb;
 
 use crate::link::transport::{Info, Rig, TransportError};
 use crate::store::recording::{
-    Claim, Derive, Event, Kind, Meta, RecordingError, Writer, FORMAT_VERSION,
+    host_now_ns, Claim, Derive, Event, Kind, Meta, RecordingError, Writer, FORMAT_VERSION,
 };
 
 /// Records in flight between reader and writer: at 8 channels and 100 kS/s the device
@@ -275,7 +275,7 @@ impl Control {
     /// Writes `text` into the recording as a log row `mark: <text>` at the host's time
     /// now.
     pub fn mark(&self, text: &str) -> Result<(), ControlError> {
-        self.mark_at(now_ns(), text)
+        self.mark_at(host_now_ns(), text)
     }
 
     /// Writes `text` into the recording as a log row `mark: <text>` at host time
@@ -469,12 +469,6 @@ pub struct Summary {
     pub rows: u64,
     /// The file.
     pub output: PathBuf,
-}
-
-fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64)
 }
 
 /// A time-sync exchange as the host saw it.
@@ -811,8 +805,8 @@ async fn command(
 
 /// One time-sync exchange, waited for.
 async fn time_sync(rig: &mut Rig, on: &mut dyn FnMut(&Message<'_>)) -> Result<Sync, CaptureError> {
-    let nonce = now_ns() as u32;
-    let host_send_ns = now_ns();
+    let nonce = host_now_ns() as u32;
+    let host_send_ns = host_now_ns();
     let mut reply = None;
     rig.command(
         "TimeSync",
@@ -827,7 +821,7 @@ async fn time_sync(rig: &mut Rig, on: &mut dyn FnMut(&Message<'_>)) -> Result<Sy
             Message::TimeSyncReply(r) if r.nonce == nonce => {
                 reply = Some(Sync {
                     host_send_ns,
-                    host_recv_ns: now_ns(),
+                    host_recv_ns: host_now_ns(),
                     rx_tick: r.rx_tick,
                     tx_tick: r.tx_tick,
                 })
@@ -916,7 +910,7 @@ impl Reader<'_> {
             Message::TimeSyncReply(r) => match self.pending_syncs.remove(&r.nonce) {
                 Some(host_send_ns) => Record::Sync(Sync {
                     host_send_ns,
-                    host_recv_ns: now_ns(),
+                    host_recv_ns: host_now_ns(),
                     rx_tick: r.rx_tick,
                     tx_tick: r.tx_tick,
                 }),
@@ -1107,10 +1101,10 @@ impl Reader<'_> {
             let mut result = self.serve(&mut rig).await.map(|()| true);
             if result.is_ok() && Instant::now() >= next_sync {
                 next_sync += SYNC_INTERVAL;
-                let nonce = now_ns() as u32;
-                self.pending_syncs.insert(nonce, now_ns());
+                let nonce = host_now_ns() as u32;
+                self.pending_syncs.insert(nonce, host_now_ns());
                 self.pending_syncs
-                    .retain(|_, t| now_ns() - *t < 10_000_000_000);
+                    .retain(|_, t| host_now_ns() - *t < 10_000_000_000);
                 result = rig
                     .send(|id| {
                         Message::TimeSync(railtrace_protocol::TimeSyncRequest {
@@ -1415,7 +1409,7 @@ pub fn replay(stream: &[u8], config: &Config) -> Result<(Progress, u64), Capture
         let record = match &frame.message {
             Message::DeviceInfo(i) => {
                 let info = Info::from(i);
-                let now = now_ns();
+                let now = host_now_ns();
                 Record::Segment {
                     mask: info.channels.iter().fold(0, |m, c| m | 1 << c.index),
                     rate_hz: config.rate_hz.unwrap_or(0),
@@ -1732,7 +1726,7 @@ impl<'a> Writing<'a> {
                 write_event(file, self.config.tap.as_deref(), &status);
             }
             Record::Log(text) => {
-                let t = self.host_s(now_ns());
+                let t = self.host_s(host_now_ns());
                 if let Some(file) = &mut self.file {
                     file.event(&Event::Text {
                         kind: Kind::Log,
@@ -1758,7 +1752,7 @@ impl<'a> Writing<'a> {
                 }
             }
             Record::Lost { cause } => {
-                let t = self.host_s(now_ns());
+                let t = self.host_s(host_now_ns());
                 if let Some(file) = &mut self.file {
                     file.event(&Event::Text {
                         kind: Kind::Log,
@@ -1796,7 +1790,7 @@ impl<'a> Writing<'a> {
                 return;
             };
             let start = last + self.period_s;
-            let now = (now_ns() - self.epoch_ns) as f64 * 1e-9;
+            let now = (host_now_ns() - self.epoch_ns) as f64 * 1e-9;
             if !end || now <= start {
                 return;
             }

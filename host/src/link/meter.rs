@@ -18,14 +18,14 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use crate::gpu::{GpuError, LoggerReading, PowerLogger, Stamp};
 use crate::link::capture::{
     capture_controlled, CaptureError, Config, Control, ControlError, Counters, Progress, Summary,
     Tap,
 };
-use crate::store::recording::Event;
+use crate::store::recording::{host_now_ns, Event};
 
 /// Samples kept for [`Meter::read`] when nobody reads them (older ones are dropped from
 /// the read buffer and counted; the recording keeps them all).
@@ -206,12 +206,6 @@ pub struct Meter {
     logger: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
 }
 
-fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64)
-}
-
 impl Meter {
     /// Starts capturing with `config` (its `tap` is the meter's) and waits up to `wait`
     /// for the recording to start; a capture that fails first returns its error.
@@ -275,7 +269,7 @@ impl Meter {
         if self.logger.is_some() {
             return Err(MeterError::Logger("a GPU logger is read already".into()));
         }
-        let epoch_ns = self.gauge.lock().epoch_ns.unwrap_or_else(now_ns);
+        let epoch_ns = self.gauge.lock().epoch_ns.unwrap_or_else(host_now_ns);
         let describe = logger.describe();
         let done = Arc::new(AtomicBool::new(false));
         let thread = {
@@ -346,8 +340,8 @@ impl Meter {
 
     /// Now on the recording's timeline, s.
     pub fn now_s(&self) -> f64 {
-        let epoch = self.gauge.lock().epoch_ns.unwrap_or_else(now_ns);
-        (now_ns() - epoch) as f64 * 1e-9
+        let epoch = self.gauge.lock().epoch_ns.unwrap_or_else(host_now_ns);
+        (host_now_ns() - epoch) as f64 * 1e-9
     }
 
     /// The samples that arrived since the last read: their times (s) and per-rail watts
@@ -362,8 +356,8 @@ impl Meter {
 
     /// Now: host ns since the Unix epoch, and on the recording's timeline, s.
     fn now(&self) -> (i64, f64) {
-        let epoch = self.gauge.lock().epoch_ns.unwrap_or_else(now_ns);
-        let ns = now_ns();
+        let epoch = self.gauge.lock().epoch_ns.unwrap_or_else(host_now_ns);
+        let ns = host_now_ns();
         (ns, (ns - epoch) as f64 * 1e-9)
     }
 

@@ -2641,6 +2641,19 @@ impl Recording {
     }
 }
 
+/// The rig's recording beside a profile's: `profile.arrow` → `profile.rig.arrow`.
+pub fn rig_path(profile: &Path) -> PathBuf {
+    profile.with_extension("rig.arrow")
+}
+
+/// Host time now, ns since the Unix epoch: the host clock every bracket, every window and
+/// every recording's epoch is on.
+pub fn host_now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
+}
+
 /// Civil UTC date and time of ns since the Unix epoch, ISO 8601.
 pub fn iso_utc(ns: i64) -> String {
     let secs = ns.div_euclid(1_000_000_000);

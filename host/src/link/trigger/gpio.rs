@@ -11,7 +11,7 @@ use gpiocdev::line::Value;
 use gpiocdev::{Chip, Request};
 
 use super::{Driven, TriggerError, TriggerOut};
-use crate::gpu::host_now_ns;
+use crate::store::recording::host_now_ns;
 
 /// The consumer label the line is requested under (shown by `gpioinfo`).
 pub const CONSUMER: &str = "railtrace";

@@ -114,7 +114,7 @@ impl TriggerOut for Quiet {
         "no trigger".into()
     }
     fn set(&mut self, high: bool) -> Result<Driven, TriggerError> {
-        let now = crate::gpu::host_now_ns();
+        let now = crate::store::recording::host_now_ns();
         Ok(Driven {
             high,
             host_before_ns: now,

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use serialport::SerialPort;
 
 use super::{Driven, TriggerError, TriggerOut};
-use crate::gpu::host_now_ns;
+use crate::store::recording::host_now_ns;
 
 /// Which modem-control line drives the trigger.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
