@@ -361,7 +361,7 @@ fn profile_twin(
     };
     let p = py
         .detach(|| on_twin(&run, &plan, seed, with_rig, |_| {}))
-        .map_err(anyhow_err)?;
+        .map_err(err)?;
     Ok(serde_json::json!({
         "acquired": p.acquired,
         "rig": p.rig.map(|r| serde_json::json!({

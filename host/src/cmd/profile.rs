@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use railtrace::analysis::stitch::Options;
-use railtrace::gpu::profile::{Acquired, Plan, Profiled, Run, Target};
+use railtrace::gpu::profile::{Acquired, Plan, ProfileError, Profiled, Run, Target};
 use railtrace::gpu::Launch;
 #[cfg(any(feature = "rocm", feature = "cuda"))]
 use railtrace::gpu::{GpuRunner, PowerLogger};
@@ -264,7 +264,7 @@ fn run_of(args: &Args) -> Run {
 fn profile_with(
     args: &Run,
     plan: &Plan,
-    go: impl FnOnce(&mut dyn FnMut(&Acquired)) -> anyhow::Result<Profiled>,
+    go: impl FnOnce(&mut dyn FnMut(&Acquired)) -> Result<Profiled, ProfileError>,
 ) -> anyhow::Result<()> {
     if plan.preheat_s > 0.0 {
         eprintln!(

@@ -9,13 +9,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
-
 use railtrace_calibration::align::{fit_brackets, Bracket};
 
 use crate::analysis::stitch::{gpu_view, GpuSide, LoggerStamp};
 use crate::gpu::{host_now_ns, ExecutionRecord, GpuError, GpuRunner, Launch, PowerLogger, Stamp};
-use crate::link::capture::{capture, Config, Counters, Summary};
+use crate::link::capture::{capture, CaptureError, Config, Counters, Summary};
 use crate::link::trigger::{Driven, Quiet, TriggerError, TriggerOut};
 use crate::store::recording::{rig_path, Event, Meta, RecordingError, Writer, FORMAT_VERSION};
 
@@ -28,6 +26,31 @@ pub enum ProfileError {
     /// The recording.
     #[error(transparent)]
     Recording(#[from] RecordingError),
+    /// The rig's capture failed.
+    #[error("the rig's capture failed: {0}")]
+    Capture(#[from] CaptureError),
+    /// The rig's capture gave no sample.
+    #[error("the rig's capture did not start: {0}")]
+    RigDidNotStart(String),
+    /// The rig's capture panicked.
+    #[error("the rig's capture panicked")]
+    RigPanicked,
+    /// Ended early on Ctrl-C, SIGTERM or SIGHUP.
+    #[error("interrupted after {runs} of {planned} trains; {kept}")]
+    Interrupted {
+        /// Trains run.
+        runs: usize,
+        /// Trains planned.
+        planned: usize,
+        /// What keeps them.
+        kept: String,
+    },
+    /// The twin's scenario or rig.
+    #[error(transparent)]
+    Scenario(#[from] railtrace_twin::ScenarioError),
+    /// The twin did not start, or failed.
+    #[error("the twin: {0}")]
+    Twin(#[from] railtrace_twin::mcu::TwinError),
 }
 
 /// What to run.
@@ -370,12 +393,12 @@ pub fn preheat(
 /// Runs `run` while the rig on `port` is captured into `rig_out` (at `rate_hz`, the
 /// device's highest when not given) in the background, from its first sample to `run`'s
 /// end.
-pub fn with_rig<T>(
+pub fn with_rig<T, E: From<ProfileError>>(
     port: &Path,
     rig_out: &Path,
     (rate_hz, rate_at_least_hz): (Option<u32>, Option<u32>),
-    run: impl FnOnce() -> anyhow::Result<T>,
-) -> anyhow::Result<(T, Summary)> {
+    run: impl FnOnce() -> Result<T, E>,
+) -> Result<(T, Summary), E> {
     let config = Config {
         rate_hz,
         rate_at_least_hz,
@@ -396,17 +419,15 @@ pub fn with_rig<T>(
                 Ok(Err(e)) => e.to_string(),
                 _ => "no samples within 10 s".into(),
             };
-            anyhow::bail!("the rig's capture did not start: {why}");
+            return Err(ProfileError::RigDidNotStart(why).into());
         }
         std::thread::sleep(Duration::from_millis(10));
     }
     let result = run();
     stop.store(true, Ordering::Relaxed);
-    let summary = rig
-        .join()
-        .map_err(|_| anyhow::anyhow!("the rig's capture panicked"))?;
+    let summary = rig.join().map_err(|_| ProfileError::RigPanicked)?;
     let result = result?;
-    Ok((result, summary.context("the rig's capture failed")?))
+    Ok((result, summary.map_err(ProfileError::from)?))
 }
 
 /// Where a profiling run goes and how the rig captures it.
@@ -443,7 +464,7 @@ pub fn on_twin(
     seed: u64,
     rig: bool,
     progress: impl FnMut(&Acquired),
-) -> anyhow::Result<Profiled> {
+) -> Result<Profiled, ProfileError> {
     let loaded = railtrace_twin::scenario::load_with(run.scenario.as_deref(), run.rig.as_deref())?;
     on_loaded_twin(&loaded, None, run, plan, seed, rig, progress)
 }
@@ -462,8 +483,8 @@ pub fn on_loaded_twin(
     seed: u64,
     rig: bool,
     progress: impl FnMut(&Acquired),
-) -> anyhow::Result<Profiled> {
-    let twin = railtrace_twin::Twin::start_with(loaded, truth).context("the twin did not start")?;
+) -> Result<Profiled, ProfileError> {
+    let twin = railtrace_twin::Twin::start_with(loaded, truth)?;
     let gpu = crate::gpu::twin::TwinGpu::new(&twin);
     let run = Run {
         rig_rise_s: Some(loaded.rig.rise_s()),
@@ -478,7 +499,7 @@ pub fn on_loaded_twin(
         &mut crate::gpu::twin::TwinTrigger::new(&twin, plan.trigger_line),
         progress,
     );
-    twin.stop().context("the twin failed")?;
+    twin.stop()?;
     result
 }
 
@@ -506,14 +527,14 @@ pub fn profile(
     logger: &mut dyn PowerLogger,
     trigger: &mut dyn TriggerOut,
     mut progress: impl FnMut(&Acquired),
-) -> anyhow::Result<Profiled> {
+) -> Result<Profiled, ProfileError> {
     let rig_out = rig_path(&args.output);
     if plan.preheat_s > 0.0 {
         preheat(runner, logger, &plan.launch, plan.preheat_s)?;
     }
     let least = (args.bin_s > 0.0).then(|| (1.0 / args.bin_s).ceil() as u32);
     let mut run = || {
-        let acquired = acquire(
+        acquire(
             runner,
             logger,
             trigger,
@@ -527,8 +548,7 @@ pub fn profile(
                 "rig_rise_s": args.rig_rise_s,
             }),
             &mut progress,
-        );
-        Ok(acquired?)
+        )
     };
     let (acquired, rig_summary) = match port {
         Some(port) => {
@@ -546,12 +566,13 @@ pub fn profile(
     } else {
         format!("{} is closed and keeps them", args.output.display())
     };
-    anyhow::ensure!(
-        !acquired.interrupted,
-        "interrupted after {} of {} trains; {kept}",
-        acquired.runs,
-        plan.runs,
-    );
+    if acquired.interrupted {
+        return Err(ProfileError::Interrupted {
+            runs: acquired.runs,
+            planned: plan.runs,
+            kept,
+        });
+    }
     Ok(Profiled {
         acquired,
         rig: rig_summary,
