@@ -32,16 +32,44 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use anyhow::{anyhow, bail, Context};
 use railtrace_calibration::power::{
     fit_dvfs, fit_time, fit_util, DvfsModel, DvfsObservation, Observation, TimeModel, UtilModel,
     DEFAULT_MAX_PIECES,
 };
 use serde::{Deserialize, Serialize};
 
+use crate::analysis::correct::CorrectError;
 use crate::analysis::logger_model::LoggerModel;
-use crate::analysis::stitch::{analyse, cells, mean_over, Analysis, Options};
-use crate::store::recording::{self, Kind, Rows};
+use crate::analysis::stitch::{analyse, cells, mean_over, Analysis, AnalysisError, Options};
+use crate::store::recording::{self, Kind, RecordingError, Rows};
+
+/// Why a power model could not be fitted, validated, read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// A profiling run could not be analysed.
+    #[error(transparent)]
+    Analysis(#[from] AnalysisError),
+    /// A recording could not be read.
+    #[error(transparent)]
+    Recording(#[from] RecordingError),
+    /// A run's logger profile could not be corrected.
+    #[error(transparent)]
+    Correct(#[from] CorrectError),
+    /// A file, a GPU description, a model or the runs do not hold what is needed, or a
+    /// fit or a picture failed: what and why.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// A [`ModelError::Invalid`] of a message.
+macro_rules! invalid {
+    ($($t:tt)*) => { ModelError::Invalid(format!($($t)*)) };
+}
+
+/// Returns a [`ModelError::Invalid`] of a message.
+macro_rules! refuse {
+    ($($t:tt)*) => { return Err(invalid!($($t)*)) };
+}
 
 /// The value of `format` in a model file.
 pub const FORMAT: &str = "railtrace-power-model";
@@ -173,11 +201,12 @@ impl Util {
 
 impl Gpu {
     /// Reads a description from `path`, or the built-in one (`None`).
-    pub fn read(path: Option<&Path>) -> anyhow::Result<Gpu> {
+    pub fn read(path: Option<&Path>) -> Result<Gpu, ModelError> {
         match path {
             Some(p) => {
-                let text = std::fs::read_to_string(p)
-                    .with_context(|| format!("cannot read the GPU description {}", p.display()))?;
+                let text = std::fs::read_to_string(p).map_err(|e| {
+                    invalid!("cannot read the GPU description {}: {e}", p.display())
+                })?;
                 Gpu::parse(&text, &p.display().to_string())
             }
             None => Gpu::parse(DVFS_SCENARIO, "the built-in hardware/scenarios/dvfs.toml"),
@@ -185,30 +214,30 @@ impl Gpu {
     }
 
     /// Parses a description; errors name `origin` and what is wrong.
-    pub fn parse(text: &str, origin: &str) -> anyhow::Result<Gpu> {
-        let f: GpuFile = toml::from_str(text).map_err(|e| anyhow!("{origin}: {e}"))?;
+    pub fn parse(text: &str, origin: &str) -> Result<Gpu, ModelError> {
+        let f: GpuFile = toml::from_str(text).map_err(|e| invalid!("{origin}: {e}"))?;
         if f.gpu.dvfs.is_empty() {
-            bail!("{origin}: no [[gpu.dvfs]] levels (each a name, frequency_hz and voltage_v)");
+            refuse!("{origin}: no [[gpu.dvfs]] levels (each a name, frequency_hz and voltage_v)");
         }
         for l in &f.gpu.dvfs {
             if !(l.frequency_hz > 0.0 && l.voltage_v > 0.0) {
-                bail!(
+                refuse!(
                     "{origin}: DVFS level {:?}: frequency_hz and voltage_v must be > 0",
                     l.name
                 );
             }
         }
-        let unit = |u: [f64; 3], what: &str| -> anyhow::Result<[f64; 3]> {
+        let unit = |u: [f64; 3], what: &str| -> Result<[f64; 3], ModelError> {
             if u.iter().all(|x| (0.0..=1.0).contains(x)) {
                 Ok(u)
             } else {
-                bail!("{origin}: {what}: utilisation {u:?} outside [0, 1]")
+                refuse!("{origin}: {what}: utilisation {u:?} outside [0, 1]")
             }
         };
         let mut kernels = BTreeMap::new();
         for k in &f.kernels {
             if k.phases.is_empty() || k.phases.iter().any(|p| p.duration_s <= 0.0) {
-                bail!(
+                refuse!(
                     "{origin}: kernel {:?}: phases must be there, each of positive duration",
                     k.name
                 );
@@ -220,7 +249,7 @@ impl Gpu {
                         unit(p.util.array(), &format!("kernel {:?}", k.name))?,
                     ))
                 })
-                .collect::<anyhow::Result<Vec<_>>>()?;
+                .collect::<Result<Vec<_>, ModelError>>()?;
             kernels.insert(k.name.clone(), phases);
         }
         Ok(Gpu {
@@ -232,9 +261,9 @@ impl Gpu {
     }
 
     /// The level named `name`, or an error naming the known ones.
-    pub fn level(&self, name: &str) -> anyhow::Result<&Level> {
+    pub fn level(&self, name: &str) -> Result<&Level, ModelError> {
         self.levels.iter().find(|l| l.name == name).ok_or_else(|| {
-            anyhow!(
+            invalid!(
                 "{}: no DVFS level {name:?} (it has {})",
                 self.origin,
                 self.levels
@@ -251,9 +280,9 @@ impl Gpu {
     /// compute / (compute + memory)` (1 when both are 0) scales with the clock, the rest
     /// does not: `duration · (c · f0/f + 1 − c)`, `f0` the first level's (the twin's
     /// rule, hardware/twin/SCENARIOS.md).
-    pub fn util(&self, name: &str, level: &Level) -> anyhow::Result<[f64; 3]> {
+    pub fn util(&self, name: &str, level: &Level) -> Result<[f64; 3], ModelError> {
         let phases = self.kernels.get(name).ok_or_else(|| {
-            anyhow!(
+            invalid!(
                 "{}: no kernel {name:?} (it describes {})",
                 self.origin,
                 self.kernels.keys().cloned().collect::<Vec<_>>().join(", ")
@@ -326,13 +355,13 @@ pub struct Run {
 /// What a profiling run recorded of itself: its kernel and DVFS level (from its
 /// settings), and the mean die temperature its logger reported, °C (None: it reported
 /// none; recordings before format 4 read as none).
-fn recorded(path: &Path) -> anyhow::Result<(String, Option<String>, Option<f64>)> {
+fn recorded(path: &Path) -> Result<(String, Option<String>, Option<f64>), ModelError> {
     let r = recording::read(path)?;
     let s = r.meta.settings.as_ref();
     let kernel = s
         .and_then(|s| s["kernel"].as_str())
         .ok_or_else(|| {
-            anyhow!(
+            invalid!(
                 "{}: not a profiling run (no kernel in its settings; make one with `railtrace profile`)",
                 path.display()
             )
@@ -354,7 +383,7 @@ fn recorded(path: &Path) -> anyhow::Result<(String, Option<String>, Option<f64>)
 
 /// A run's stitched logger profile corrected: given the run and its rig capture, its
 /// analysis, the corrected power over the kernel and the idle level, W.
-pub type Correction<'a> = &'a dyn Fn(&Path, &Path) -> anyhow::Result<(Analysis, f64, f64)>;
+pub type Correction<'a> = &'a dyn Fn(&Path, &Path) -> Result<(Analysis, f64, f64), ModelError>;
 
 /// Reads the observations of the profiling run `path` (its rig capture beside it):
 /// the rig's and the raw logger's always, the corrected logger's where `correct` is
@@ -364,10 +393,10 @@ pub fn observe(
     gpu: &Gpu,
     correct: Option<Correction<'_>>,
     bin_s: f64,
-) -> anyhow::Result<Run> {
+) -> Result<Run, ModelError> {
     let (kernel, level, temp_c) = recorded(path)?;
     let level = level.ok_or_else(|| {
-        anyhow!(
+        invalid!(
             "{}: profiled without a DVFS level: its frequency and voltage are unknown (profile with --dvfs LEVEL)",
             path.display()
         )
@@ -397,7 +426,7 @@ pub fn observe(
         .map(|e| e.duration_s)
         .collect();
     if kept.is_empty() {
-        bail!("{}: no executions kept", path.display());
+        refuse!("{}: no executions kept", path.display());
     }
     let d = kept.iter().sum::<f64>() / kept.len() as f64;
     let (rig, logger) = (cells(&a.rig), cells(&a.logger));
@@ -597,12 +626,12 @@ fn points(
     gpu: &Gpu,
     against: Against,
     need_temp: bool,
-) -> anyhow::Result<Vec<Point3>> {
+) -> Result<Vec<Point3>, ModelError> {
     let mut out = Vec::new();
     for r in runs {
         let temp_c = match r.temp_c {
             Some(t) => t,
-            None if need_temp => bail!(
+            None if need_temp => refuse!(
                 "{}: the logger reported no temperature (recording format 4 has it); fit --kind util, or a logger that reports one",
                 r.path.display()
             ),
@@ -611,7 +640,7 @@ fn points(
         for (util, p) in [(r.util, r.power), (gpu.idle_util, r.idle)] {
             let w = p.by(against);
             if !w.is_finite() {
-                bail!(
+                refuse!(
                     "{}: no {} power (the run has too few readings there)",
                     r.path.display(),
                     against.name()
@@ -634,9 +663,9 @@ pub fn fit(
     against: Against,
     runs: &[Run],
     gpu: &Gpu,
-) -> anyhow::Result<PowerModel> {
+) -> Result<PowerModel, ModelError> {
     if runs.is_empty() {
-        bail!("no runs to fit on");
+        refuse!("no runs to fit on");
     }
     let pts = points(runs, gpu, against, kind == ModelKind::Dvfs)?;
     let (mut util, mut dvfs, mut dvfs0) = (None, None, None);
@@ -649,7 +678,7 @@ pub fn fit(
                 })
                 .collect();
             util = Some(util_terms(
-                &fit_util(&obs).map_err(|e| anyhow!("the utilisation model: {e}"))?,
+                &fit_util(&obs).map_err(|e| invalid!("the utilisation model: {e}"))?,
             ));
         }
         ModelKind::Dvfs => {
@@ -668,7 +697,7 @@ pub fn fit(
             let fit = |t: bool| {
                 fit_dvfs(&obs, t)
                     .map(|m| dvfs_terms(&m))
-                    .map_err(|e| anyhow!("the DVFS model: {e}"))
+                    .map_err(|e| invalid!("the DVFS model: {e}"))
             };
             dvfs = Some(fit(true)?);
             dvfs0 = Some(fit(false)?);
@@ -694,7 +723,7 @@ pub fn fit(
             continue;
         }
         let m: TimeModel = fit_time(&samples, DEFAULT_MAX_PIECES)
-            .map_err(|e| anyhow!("kernel {k}'s execution time: {e}"))?;
+            .map_err(|e| invalid!("kernel {k}'s execution time: {e}"))?;
         time.push(TimeTerms {
             kernel: k.clone(),
             pieces: m.pieces.iter().map(|&(a, b)| [a, b]).collect(),
@@ -722,27 +751,27 @@ pub fn fit(
 
 impl PowerModel {
     /// Writes the model as TOML.
-    pub fn write(&self, path: &Path) -> anyhow::Result<()> {
-        let text = toml::to_string_pretty(self)?;
-        std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+    pub fn write(&self, path: &Path) -> Result<(), ModelError> {
+        let text = toml::to_string_pretty(self).map_err(|e| invalid!("the model: {e}"))?;
+        std::fs::write(path, text).map_err(|e| invalid!("cannot write {}: {e}", path.display()))
     }
 
     /// Reads a model, checking its format and version.
-    pub fn read(path: &Path) -> anyhow::Result<PowerModel> {
+    pub fn read(path: &Path) -> Result<PowerModel, ModelError> {
         let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read the model {}", path.display()))?;
+            .map_err(|e| invalid!("cannot read the model {}: {e}", path.display()))?;
         let head: toml::Table =
-            toml::from_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+            toml::from_str(&text).map_err(|e| invalid!("{}: {e}", path.display()))?;
         if head.get("format").and_then(|f| f.as_str()) != Some(FORMAT) {
-            bail!(
+            refuse!(
                 "{}: not a railtrace power model (format is not {FORMAT:?}; make one with `railtrace model fit`)",
                 path.display()
             );
         }
         let m: PowerModel =
-            toml::from_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+            toml::from_str(&text).map_err(|e| invalid!("{}: {e}", path.display()))?;
         if m.version != VERSION {
-            bail!(
+            refuse!(
                 "{}: power model version {} (this railtrace reads {VERSION})",
                 path.display(),
                 m.version
@@ -750,10 +779,10 @@ impl PowerModel {
         }
         match m.kind {
             ModelKind::Util if m.util.is_none() => {
-                bail!("{}: kind util without [util]", path.display())
+                refuse!("{}: kind util without [util]", path.display())
             }
             ModelKind::Dvfs if m.dvfs.is_none() => {
-                bail!("{}: kind dvfs without [dvfs]", path.display())
+                refuse!("{}: kind dvfs without [dvfs]", path.display())
             }
             _ => Ok(m),
         }
@@ -771,16 +800,16 @@ impl PowerModel {
         util: [f64; 3],
         level: &Level,
         temp_c: Option<f64>,
-    ) -> anyhow::Result<(f64, f64)> {
+    ) -> Result<(f64, f64), ModelError> {
         let (f, v) = (level.frequency_hz, level.voltage_v);
         if let Some(u) = &self.util {
             return Ok((u.predict(util, f, v), f64::NAN));
         }
         let (Some(d), Some(d0)) = (&self.dvfs, &self.dvfs_without_temperature) else {
-            bail!("the model has no terms");
+            refuse!("the model has no terms");
         };
         let t = temp_c.ok_or_else(|| {
-            anyhow!("the DVFS model needs the die temperature, and the run's logger reported none")
+            invalid!("the DVFS model needs the die temperature, and the run's logger reported none")
         })?;
         Ok((d.predict(util, f, v, t), d0.predict(util, f, v, t)))
     }
@@ -838,12 +867,12 @@ impl Scored {
 }
 
 /// Scores `model` on `runs` against the rig.
-pub fn score(model: &PowerModel, runs: &[Run]) -> anyhow::Result<Vec<Scored>> {
+pub fn score(model: &PowerModel, runs: &[Run]) -> Result<Vec<Scored>, ModelError> {
     runs.iter()
         .map(|r| {
             let (p, p0) = model
                 .power_w(r.util, &r.level, r.temp_c)
-                .with_context(|| r.path.display().to_string())?;
+                .map_err(|e| invalid!("{}: {e}", r.path.display()))?;
             let t = model.time_s(&r.kernel, r.level.frequency_hz);
             Ok(Scored {
                 kernel: r.kernel.clone(),
@@ -881,7 +910,11 @@ const COLOURS: [(u8, u8, u8); 6] = [
 /// power against the rig's (the diagonal is perfect; hollow marks are held-out kernels
 /// or levels), and the kernels' execution time against frequency (measured, and the
 /// first model's time curves).
-pub fn plot(models: &[(PowerModel, Vec<Scored>)], runs: &[Run], out: &Path) -> anyhow::Result<()> {
+pub fn plot(
+    models: &[(PowerModel, Vec<Scored>)],
+    runs: &[Run],
+    out: &Path,
+) -> Result<(), ModelError> {
     use plotters::prelude::*;
     type Dr<DB> = Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
     fn draw<DB: DrawingBackend>(
@@ -1002,8 +1035,11 @@ pub fn plot(models: &[(PowerModel, Vec<Scored>)], runs: &[Run], out: &Path) -> a
             .draw()?;
         root.present()
     }
-    crate::store::plot::draw_to!(out, (1600, 800), |root| draw(root, models, runs));
-    Ok(())
+    let drawn = || -> anyhow::Result<()> {
+        crate::store::plot::draw_to!(out, (1600, 800), |root| draw(root, models, runs));
+        Ok(())
+    };
+    drawn().map_err(|e| invalid!("{e:#}"))
 }
 
 /// Observes every run of `inputs` (a rig capture among them, `*.rig.arrow`, is read with
@@ -1019,7 +1055,7 @@ pub fn observe_all(
     correct: Option<Correction<'_>>,
     bin_s: f64,
     mut on: impl FnMut(usize, usize, &Path, &Run, f64),
-) -> anyhow::Result<Vec<Run>> {
+) -> Result<Vec<Run>, ModelError> {
     let inputs: Vec<&PathBuf> = (inputs.iter()).filter(|p| !is_rig_capture(p)).collect();
     let mut runs = Vec::new();
     for (i, p) in inputs.iter().enumerate() {
@@ -1052,10 +1088,10 @@ pub fn fit_runs(
     logger: Option<&(LoggerModel, PathBuf)>,
     bin_s: f64,
     on: impl FnMut(usize, usize, &Path, &Run, f64),
-) -> anyhow::Result<(PowerModel, Vec<Run>)> {
-    let correct_fn = |run: &Path, rig: &Path| -> anyhow::Result<_> {
+) -> Result<(PowerModel, Vec<Run>), ModelError> {
+    let correct_fn = |run: &Path, rig: &Path| -> Result<_, ModelError> {
         let (m, p) = logger.ok_or_else(|| {
-            anyhow::anyhow!(
+            invalid!(
                 "against the corrected logger needs the logger's model (from `railtrace calibrate`)"
             )
         })?;

@@ -156,7 +156,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
             let models: Vec<PowerModel> = (models.iter())
                 .map(|p| PowerModel::read(p))
-                .collect::<anyhow::Result<_>>()?;
+                .collect::<Result<_, _>>()?;
             let gpu = Gpu::read(gpu.as_deref())?;
             let runs = observe_all(&inputs, &gpu, None, bin_us * 1e-6, observed(&inputs))?;
             let mut scored = Vec::new();
