@@ -12,12 +12,11 @@ use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::Context;
-use railtrace_twin::scenario::Loaded;
+use railtrace_twin::scenario::{Loaded, ScenarioError};
 
-use crate::analysis::calibrate::{self, Calibrated};
-use crate::analysis::correct::{self, Corrected};
-use crate::gpu::profile::{Acquired, Plan, Profiled, Run};
+use crate::analysis::calibrate::{self, CalibrateError, Calibrated};
+use crate::analysis::correct::{self, CorrectError, Corrected};
+use crate::gpu::profile::{Acquired, Plan, ProfileError, Profiled, Run};
 use crate::gpu::Launch;
 use crate::store::recording::rig_path;
 pub use report::{picture, Curve};
@@ -59,6 +58,33 @@ pub struct Tolerances {
     pub step_s: f64,
     /// The corrected profile's RMS error, as a fraction of the raw stitched profile's.
     pub rms_ratio: f64,
+}
+
+/// Why a demo could not run to its end (its checks failing is not an error: see
+/// [`Demo::failed`]).
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    /// The request is out of range, or the rig cannot carry it.
+    #[error("{0}")]
+    Request(String),
+    /// The twin's scenario or rig does not load.
+    #[error(transparent)]
+    Scenario(#[from] ScenarioError),
+    /// The profiling run failed.
+    #[error(transparent)]
+    Profile(#[from] ProfileError),
+    /// The logger could not be identified.
+    #[error(transparent)]
+    Calibrate(#[from] CalibrateError),
+    /// The profile could not be corrected.
+    #[error(transparent)]
+    Correct(#[from] CorrectError),
+    /// The twin's truth could not be read, or does not hold the run.
+    #[error("the twin's truth: {0}")]
+    Truth(String),
+    /// A file of the demo could not be written.
+    #[error("{0}")]
+    Write(String),
 }
 
 /// The finest bin a stitched profile from a rig resolves: its slowest channel's 10-90 %
@@ -191,21 +217,25 @@ impl Demo {
 ///
 /// A request out of range, a scenario or rig that does not load, or a stage failing
 /// (the twin, the capture, the identification, the correction, writing the files).
-pub fn run(req: &Request, on: &mut dyn FnMut(Stage<'_>)) -> anyhow::Result<Demo> {
+pub fn run(req: &Request, on: &mut dyn FnMut(Stage<'_>)) -> Result<Demo, DemoError> {
     let started = Instant::now();
     let (lo, hi) = req.delay_s;
-    anyhow::ensure!(
-        lo >= 0.0 && hi >= lo,
-        "delays {} ms to {} ms: need 0 <= shortest <= longest",
-        lo * 1e3,
-        hi * 1e3
-    );
-    anyhow::ensure!(
-        req.bin_s.is_none_or(|b| b > 0.0) && req.runs > 0,
-        "the bin and the runs must be > 0"
-    );
+    if !(lo >= 0.0 && hi >= lo) {
+        return Err(DemoError::Request(format!(
+            "delays {} ms to {} ms: need 0 <= shortest <= longest",
+            lo * 1e3,
+            hi * 1e3
+        )));
+    }
+    if !(req.bin_s.is_none_or(|b| b > 0.0) && req.runs > 0) {
+        return Err(DemoError::Request(
+            "the bin and the runs must be > 0".into(),
+        ));
+    }
     let out = &req.out;
-    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let write = |e: anyhow::Error| DemoError::Write(format!("{e:#}"));
+    std::fs::create_dir_all(out)
+        .map_err(|e| DemoError::Write(format!("cannot create {}: {e}", out.display())))?;
     let setup = setup(req)?;
     on(Stage::Setup(&setup));
 
@@ -231,8 +261,9 @@ pub fn run(req: &Request, on: &mut dyn FnMut(Stage<'_>)) -> anyhow::Result<Demo>
 
     on(Stage::Reporting);
     let t = Instant::now();
-    let truth = Truth::read(&out.join("truth"))?;
-    let scored = score::score(&truth, &c)?;
+    let untrue = |e: anyhow::Error| DemoError::Truth(format!("{e:#}"));
+    let truth = Truth::read(&out.join("truth")).map_err(untrue)?;
+    let scored = score::score(&truth, &c).map_err(untrue)?;
     let checks = checks(&scored.rows, &req.tolerances);
     let mut figures = figures(req, &setup, &cal, &c, &scored, &checks);
     figures["seconds"] =
@@ -248,7 +279,8 @@ pub fn run(req: &Request, on: &mut dyn FnMut(Stage<'_>)) -> anyhow::Result<Demo>
         &table,
         &checks,
         &[&run.output, &rig_recording],
-    )?;
+    )
+    .map_err(write)?;
     let report_s = t.elapsed().as_secs_f64();
     Ok(Demo {
         figures,
@@ -271,15 +303,15 @@ pub fn run(req: &Request, on: &mut dyn FnMut(Stage<'_>)) -> anyhow::Result<Demo>
 /// # Errors
 ///
 /// A scenario or rig that does not load, or a rig whose link carries none of its rates.
-pub fn setup(req: &Request) -> anyhow::Result<Setup> {
+pub fn setup(req: &Request) -> Result<Setup, DemoError> {
     let loaded = railtrace_twin::scenario::load_with(req.scenario.as_deref(), req.rig.as_deref())?;
     let rig = &loaded.rig;
     let channels = rig.channels.len();
-    let carried = rig.carried_rate_hz(channels).with_context(|| {
-        format!(
+    let carried = rig.carried_rate_hz(channels).ok_or_else(|| {
+        DemoError::Request(format!(
             "the rig {}'s link carries none of its rates with {channels} channels",
             rig.name
-        )
+        ))
     })?;
     let bin_s = (req.bin_s).unwrap_or(Resolution::of(rig, carried, req.runs).finest_s.max(10e-6));
     let rate_hz = req.rate_hz.unwrap_or_else(|| {
@@ -303,7 +335,7 @@ fn profile(
     req: &Request,
     setup: &Setup,
     on: &mut dyn FnMut(Stage<'_>),
-) -> anyhow::Result<(Run, Profiled)> {
+) -> Result<(Run, Profiled), DemoError> {
     let plan = Plan {
         launch: Launch {
             kernel: req.kernel.clone(),
@@ -345,7 +377,7 @@ fn identify(
     req: &Request,
     profile: &Path,
     on: &mut dyn FnMut(Stage<'_>),
-) -> anyhow::Result<(Calibrated, PathBuf)> {
+) -> Result<(Calibrated, PathBuf), DemoError> {
     let path = req.out.join("logger.toml");
     let on = RefCell::new(on);
     let request = calibrate::Request {
@@ -355,7 +387,9 @@ fn identify(
     let cal = calibrate::calibrate(profile, None, request, |m| {
         (on.borrow_mut())(Stage::Calibrating(m))
     })?;
-    cal.model.write(&path)?;
+    cal.model
+        .write(&path)
+        .map_err(|e| DemoError::Write(format!("{e:#}")))?;
     Ok((cal, path))
 }
 
