@@ -137,6 +137,31 @@ pub struct LoggerReading {
     pub source: &'static str,
 }
 
+impl LoggerReading {
+    /// The reading as a recording's logger row at `time_s` on its timeline, its stamp kept
+    /// in the column of its clock (`gpu_ticks`, `host_ns` or `own_s`).
+    pub fn event(&self, time_s: f64) -> crate::store::recording::Event {
+        let (gpu_ticks, host_ns, own_s) = match self.stamp {
+            Stamp::GpuTicks(t) => (Some(t), None, None),
+            Stamp::HostNs(ns) => (None, Some(ns), None),
+            Stamp::Own { ticks, hz } => (None, None, Some(ticks as f64 / hz)),
+        };
+        crate::store::recording::Event::Logger {
+            time_s,
+            power_w: self.power_w,
+            instant_w: self.instant_w,
+            average_w: None,
+            temperature_c: self.temperature_c,
+            energy_j: self.energy_j,
+            source: Some(self.source.to_string()),
+            gpu_ticks,
+            host_ns,
+            own_s,
+            polled_ns: Some(self.host_ns),
+        }
+    }
+}
+
 /// Runs kernels on a GPU.
 pub trait GpuRunner {
     /// The GPU, for people.

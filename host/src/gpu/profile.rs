@@ -206,33 +206,19 @@ impl Out {
 
     fn logger(&mut self, logger: &mut dyn PowerLogger) -> Result<(), ProfileError> {
         for r in logger.poll()? {
-            let (stamp, gpu_ticks, host_ns, own_s) = match r.stamp {
-                Stamp::GpuTicks(t) => (LoggerStamp::Gpu(t), Some(t), None, None),
-                Stamp::HostNs(ns) => (LoggerStamp::Host(self.host_s(ns)), None, Some(ns), None),
+            let stamp = match r.stamp {
+                Stamp::GpuTicks(t) => LoggerStamp::Gpu(t),
+                Stamp::HostNs(ns) => LoggerStamp::Host(self.host_s(ns)),
                 Stamp::Own { ticks, hz } => {
-                    let own = ticks as f64 / hz;
-                    let polled = self.host_s(r.host_ns);
-                    (LoggerStamp::Own(own, polled), None, None, Some(own))
+                    LoggerStamp::Own(ticks as f64 / hz, self.host_s(r.host_ns))
                 }
             };
             self.side.logger.push((stamp, r.power_w));
-            self.w.event(&Event::Logger {
-                time_s: match stamp {
-                    LoggerStamp::Gpu(t) => self.gpu_s(t),
-                    LoggerStamp::Host(t) => t,
-                    LoggerStamp::Own(..) => f64::NAN, // linked in the analysis
-                },
-                power_w: r.power_w,
-                instant_w: r.instant_w,
-                average_w: None,
-                temperature_c: r.temperature_c,
-                energy_j: r.energy_j,
-                source: Some(r.source.to_string()),
-                gpu_ticks,
-                host_ns,
-                own_s,
-                polled_ns: Some(r.host_ns),
-            });
+            self.w.event(&r.event(match stamp {
+                LoggerStamp::Gpu(t) => self.gpu_s(t),
+                LoggerStamp::Host(t) => t,
+                LoggerStamp::Own(..) => f64::NAN, // linked in the analysis
+            }));
             self.n.logger_readings += 1;
         }
         Ok(())

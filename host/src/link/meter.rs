@@ -534,28 +534,15 @@ impl OwnClocks {
         readings
             .iter()
             .filter_map(|r| {
-                let (time_s, gpu_ticks, host_ns, own_s) = match r.stamp {
-                    Stamp::HostNs(ns) => (host_s(ns), None, Some(ns), None),
-                    Stamp::GpuTicks(t) => (host_s(r.host_ns), Some(t), None, None),
+                let time_s = match r.stamp {
+                    Stamp::HostNs(ns) => host_s(ns),
+                    Stamp::GpuTicks(_) => host_s(r.host_ns),
                     Stamp::Own { ticks, hz } => {
-                        let own_s = ticks as f64 / hz;
                         let offset = self.offsets.iter().find(|(h, _)| *h == hz);
-                        (own_s + offset.map_or(0.0, |o| o.1), None, None, Some(own_s))
+                        ticks as f64 / hz + offset.map_or(0.0, |o| o.1)
                     }
                 };
-                (time_s >= 0.0).then(|| Event::Logger {
-                    time_s,
-                    power_w: r.power_w,
-                    instant_w: r.instant_w,
-                    average_w: None,
-                    temperature_c: r.temperature_c,
-                    energy_j: r.energy_j,
-                    source: Some(r.source.to_string()),
-                    gpu_ticks,
-                    host_ns,
-                    own_s,
-                    polled_ns: Some(r.host_ns),
-                })
+                (time_s >= 0.0).then(|| r.event(time_s))
             })
             .collect()
     }
