@@ -112,12 +112,7 @@ pub fn correct(
         ..Options::default()
     };
     let a = analyse(profile, rig, &options)?;
-    let kept: Vec<f64> = a
-        .executions
-        .iter()
-        .filter(|e| e.kept)
-        .map(|e| e.duration_s)
-        .collect();
+    let kept = a.kept_durations();
     if kept.is_empty() {
         return Err(CorrectError::NoExecutions(profile.to_path_buf()));
     }

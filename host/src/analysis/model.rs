@@ -421,10 +421,7 @@ pub fn observe(
             None,
         ),
     };
-    let kept: Vec<f64> = (a.executions.iter())
-        .filter(|e| e.kept)
-        .map(|e| e.duration_s)
-        .collect();
+    let kept = a.kept_durations();
     if kept.is_empty() {
         refuse!("{}: no executions kept", path.display());
     }

@@ -740,12 +740,7 @@ fn histogram<DB: DrawingBackend>(
         return message(area, "Execution time", &["No executions.".into()], l);
     }
     // The dominant cluster: the one holding the kept executions (the largest otherwise).
-    let kept: Vec<f64> = a
-        .executions
-        .iter()
-        .filter(|e| e.kept)
-        .map(|e| e.duration_s)
-        .collect();
+    let kept = a.kept_durations();
     let dominant = a
         .clusters
         .iter()

@@ -287,6 +287,14 @@ impl Support {
 }
 
 impl Analysis {
+    /// The durations of the executions the clustering kept, s.
+    pub fn kept_durations(&self) -> Vec<f64> {
+        (self.executions.iter())
+            .filter(|e| e.kept)
+            .map(|e| e.duration_s)
+            .collect()
+    }
+
     /// Whether a rig captured the run (its clock is linked to the host's by its trigger
     /// edges): without one, only the GPU's logger was recorded.
     pub fn has_rig(&self) -> bool {
