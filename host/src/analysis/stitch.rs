@@ -432,7 +432,7 @@ fn device_link(g: &GpuSide, rig: &RigSide, o: &Options) -> Result<Fit, AnalysisE
         .iter()
         .map(|&(up, t)| (up, t + o.trigger_latency_s))
         .collect();
-    let pairs = pair_edges(&driven, &rig.edges, 5e-3);
+    let pairs = pair_edges(&driven, &rig.edges);
     fit_pairs(&pairs).map_err(|e| {
         AnalysisError::Math(format!(
             "device↔host from {} of {} trigger edges paired: {e}",
@@ -702,21 +702,84 @@ impl<'a> Following<'a> {
     }
 }
 
-/// Pairs each driven edge with the rig's edge of the same sense nearest to it on the
-/// coarse timeline (the capture's time-sync anchor), within `window` s.
-fn pair_edges(driven: &[(bool, f64)], rig: &[(bool, f64, f64)], window: f64) -> Vec<(f64, f64)> {
-    let mut by_time: Vec<&(bool, f64, f64)> = rig.iter().collect();
-    by_time.sort_by(|a, b| a.2.total_cmp(&b.2));
+/// How far the rig's coarse timeline may sit from the host's: the capture anchors it by
+/// one time-sync exchange, whose round trip on a loaded host is milliseconds, not more.
+const ANCHOR_SEARCH_S: f64 = 50e-3;
+
+/// Pairs each driven edge (sense, host s) with the rig's edge (sense, device s, coarse
+/// host s) of the same sense that is the same edge.
+///
+/// The rig's coarse timeline is off the host's by up to half its anchoring exchange's
+/// round trip, which on a loaded host exceeds the spacing of the edges, and it drifts at
+/// the device clock's rate error; the nearest edge on it is then a neighbour. So the
+/// offset is first found as the one most of the first edges agree on (wrong neighbours
+/// disagree, the edges' spacings being irregular), then followed edge by edge, each driven
+/// edge taking the rig's nearest to where the offset puts it, within half the edges'
+/// typical spacing.
+fn pair_edges(driven: &[(bool, f64)], rig: &[(bool, f64, f64)]) -> Vec<(f64, f64)> {
+    let mut driven = driven.to_vec();
+    driven.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let sense = |up: bool| {
+        let mut v: Vec<(f64, f64)> = (rig.iter())
+            .filter(|e| e.0 == up)
+            .map(|e| (e.2, e.1))
+            .collect();
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        v
+    };
+    let (rising, falling) = (sense(true), sense(false));
+    let of = |up: bool| if up { &rising } else { &falling };
+    // The typical spacing of same-sense edges as driven.
+    let mut gaps: Vec<f64> = [true, false]
+        .iter()
+        .flat_map(|&up| {
+            let t: Vec<f64> = driven.iter().filter(|d| d.0 == up).map(|d| d.1).collect();
+            t.windows(2).map(|w| w[1] - w[0]).collect::<Vec<_>>()
+        })
+        .collect();
+    if gaps.is_empty() || rig.is_empty() {
+        return Vec::new();
+    }
+    gaps.sort_by(f64::total_cmp);
+    let spacing = gaps[gaps.len() / 2];
+    // The offset most of the first edges agree on, within a quarter of the spacing.
+    let mut offsets: Vec<f64> = Vec::new();
+    for &(up, host) in driven.iter().take(64) {
+        let edges = of(up);
+        let from = edges.partition_point(|e| e.0 < host - ANCHOR_SEARCH_S);
+        offsets.extend(
+            (edges[from..].iter())
+                .take_while(|e| e.0 <= host + ANCHOR_SEARCH_S)
+                .map(|e| e.0 - host),
+        );
+    }
+    offsets.sort_by(f64::total_cmp);
+    let tol = spacing / 4.0;
+    let (mut best, mut at) = (0, 0);
+    for i in 0..offsets.len() {
+        let n = offsets[i..].partition_point(|&d| d <= offsets[i] + 2.0 * tol);
+        if n > best {
+            (best, at) = (n, i);
+        }
+    }
+    let Some(window) = offsets.get(at..at + best) else {
+        return Vec::new();
+    };
+    let mut offset = window[window.len() / 2];
     let mut pairs = Vec::new();
-    for &(up, host) in driven {
-        let from = by_time.partition_point(|e| e.2 <= host - window);
-        let best = by_time[from..]
-            .iter()
-            .take_while(|e| e.2 < host + window)
-            .filter(|e| e.0 == up && (e.2 - host).abs() < window)
-            .min_by(|a, b| (a.2 - host).abs().total_cmp(&(b.2 - host).abs()));
-        if let Some(e) = best {
-            pairs.push((e.1, host));
+    for &(up, host) in &driven {
+        let edges = of(up);
+        let want = host + offset;
+        let i = edges.partition_point(|e| e.0 < want);
+        let nearest = [i.checked_sub(1), Some(i)]
+            .into_iter()
+            .flatten()
+            .filter_map(|j| edges.get(j))
+            .min_by(|a, b| (a.0 - want).abs().total_cmp(&(b.0 - want).abs()));
+        if let Some(&(coarse, device)) = nearest.filter(|e| (e.0 - want).abs() < 2.0 * tol) {
+            pairs.push((device, host));
+            // Follows the drift; one edge's jitter moves the offset by a tenth of it.
+            offset += 0.1 * (coarse - host - offset);
         }
     }
     pairs
@@ -1118,6 +1181,39 @@ pub fn mean_over(cells: &[Cell], a: f64, b: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn trigger_edges_pair_with_their_own_when_the_coarse_anchor_is_off_by_more_than_their_spacing()
+    {
+        // Trains 1-3 ms apart (a fixed-seed LCG), each a 0.2 ms pulse, for 10 s; the rig's
+        // device clock 50 ppm fast; its coarse timeline anchored 2.3 ms late (half a slow
+        // time-sync's round trip on a loaded host); 20 µs of edge jitter.
+        let mut x: u64 = 99;
+        let mut uniform = || {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            (x >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let (mut driven, mut rig, mut truth) = (Vec::new(), Vec::new(), Vec::new());
+        let mut t = 0.0;
+        while t < 10.0 {
+            for (up, at) in [(true, t), (false, t + 0.2e-3)] {
+                let edge = at + 20e-6 * (uniform() - 0.5) * 3.46;
+                let device = edge * (1.0 + 50e-6);
+                driven.push((up, at));
+                rig.push((up, device, device + 2.3e-3));
+                truth.push((device, at));
+            }
+            t += 1e-3 + 2e-3 * uniform();
+        }
+        let pairs = pair_edges(&driven, &rig);
+        assert_eq!(pairs.len(), truth.len());
+        for (p, t) in pairs.iter().zip(&truth) {
+            assert_eq!(p, t);
+        }
+        // Nothing to pair with: nothing paired.
+        assert!(pair_edges(&driven, &[]).is_empty());
+        assert!(pair_edges(&[], &rig).is_empty());
+    }
 
     #[test]
     fn a_loggers_own_clock_is_linked_to_the_hosts_by_its_earliest_polls() {
