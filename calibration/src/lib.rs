@@ -1,6 +1,6 @@
 //! railtrace's mathematics: pure, deterministic functions on plain numbers, no I/O.
 //!
-//! Issue 6 (alignment, stitching, binning, run planning):
+//! Clocks and profiles (alignment, stitching, binning, run planning):
 //!
 //! - [`align`]: clock links `y = offset + slope·(x − x0)` fitted robustly from paired
 //!   observations (trigger edges) or bracketed timestamp reads, with residuals.
@@ -11,7 +11,7 @@
 //! - [`plan`]: the CLT bound on the number of runs (STEM), and the keep-running test.
 //! - [`stats`]: normal and Student-t distribution functions, median, MAD.
 //!
-//! Issue 7 (the logger's response, and undoing it):
+//! The logger's response, and undoing it:
 //!
 //! - [`logger`]: identification of a power logger's response against a reference trace
 //!   (box, partial window, exponential, non-parametric), chosen by BIC, each parameter
@@ -20,7 +20,7 @@
 //!   (total variation, power ≥ 0, the idle level before the kernel, λ by a discrepancy
 //!   test), with a bootstrap band and the energy per execution.
 //!
-//! Issue 8 (power and execution-time models):
+//! Power and execution-time models:
 //!
 //! - [`power`]: a utilization model `P_static + Σ c_m·u_m·f·V²` and a DVFS model with a
 //!   temperature-dependent leakage, both by non-negative least squares, the execution

@@ -1,4 +1,4 @@
-//! Power and execution-time models (issue 8), fitted from observations.
+//! Power and execution-time models, fitted from observations.
 //!
 //! - [`fit_util`]: a utilization model in the spirit of EnergAIzer,
 //!   `P = P_static + Σ_m c_m·u_m·f·V²` over the modules compute, memory and other,

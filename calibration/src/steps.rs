@@ -1,4 +1,4 @@
-//! Power steps in a reference trace: where a level change happened (issue 8, DVFS
+//! Power steps in a reference trace: where a level change happened (DVFS
 //! switching latency).
 //!
 //! [`find_step`] fits one step to the samples in a window: the split of the samples into

@@ -562,7 +562,7 @@ fn report(c: &Case) {
     }
 }
 
-/// The checks of issue 7 on the chosen fit: the family, the width (window or τ) within
+/// The checks on the chosen fit: the family, the width (window or τ) within
 /// 2 %, the delay within `delay_tol`, gain within 1 %, offset within 0.5 W; and the
 /// fit's own residual sum equals the one recomputed from `predict`.
 fn check(c: &Case, delay_tol: f64) {

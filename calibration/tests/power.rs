@@ -1,4 +1,4 @@
-//! Power and execution-time models (issue 8): each fit against a slow reference (NNLS
+//! Power and execution-time models: each fit against a slow reference (NNLS
 //! against every active set, the γ search against a dense grid, the max-affine fit
 //! against a dense grid of knots and Magnani–Boyd alternation from many starts), then
 //! recovery of known models from seeded noisy data, then bad input.

@@ -1,4 +1,4 @@
-//! DVFS switching latency (issue 8): the time from the host's request for a DVFS level
+//! DVFS switching latency: the time from the host's request for a DVFS level
 //! to the power step the rig sees.
 //!
 //! [`acquire`] asks the GPU for DVFS levels in turn (each request a different level from
