@@ -730,18 +730,17 @@ fn pair_edges(driven: &[(bool, f64)], rig: &[(bool, f64, f64)]) -> Vec<(f64, f64
     let (rising, falling) = (sense(true), sense(false));
     let of = |up: bool| if up { &rising } else { &falling };
     // The typical spacing of same-sense edges as driven.
-    let mut gaps: Vec<f64> = [true, false]
+    let gaps: Vec<f64> = [true, false]
         .iter()
         .flat_map(|&up| {
             let t: Vec<f64> = driven.iter().filter(|d| d.0 == up).map(|d| d.1).collect();
             t.windows(2).map(|w| w[1] - w[0]).collect::<Vec<_>>()
         })
         .collect();
-    if gaps.is_empty() || rig.is_empty() {
+    let spacing = railtrace_calibration::stats::median(&gaps);
+    if spacing.is_nan() || spacing <= 0.0 || rig.is_empty() {
         return Vec::new();
     }
-    gaps.sort_by(f64::total_cmp);
-    let spacing = gaps[gaps.len() / 2];
     // The offset most of the first edges agree on, within a quarter of the spacing.
     let mut offsets: Vec<f64> = Vec::new();
     for &(up, host) in driven.iter().take(64) {
