@@ -627,7 +627,8 @@ pub struct Deconvolved {
     /// The rule that chose it: `"discrepancy"`, `"gcv"`, `"gcv (discrepancy not
     /// reached)"` or `"fixed"`.
     pub rule: &'static str,
-    /// Energy per execution, `∫ P dt` over `[0, duration]`, J.
+    /// Energy per execution, `∫ P dt` over `[0, duration]`, J; a cell that straddles the
+    /// end gives the kernel its whole excess over idle.
     pub energy_j: f64,
     /// Index in `t` one past the last cell solved for: later cells hold the idle level,
     /// the execution and its tail over ([`Options::tail_s`]).
@@ -1860,19 +1861,24 @@ fn fitted(model: &Model, st: &State) -> Vec<f64> {
 }
 
 /// `∫ P dt` over `[0, duration]` on the output cells.
-fn energy(t: &[f64], dt: f64, power: &[f64], duration: f64) -> f64 {
-    t.iter()
-        .zip(power)
+/// `∫ P dt` over `[0, duration]` of the cells' power: the idle level's `idle·duration`
+/// plus each cell's excess over idle from TOI 0 on, in the cells that start before the
+/// end. A cell that straddles the end holds the mean of the kernel's last part and the
+/// idle after it, so its whole excess is the kernel's (cutting it at the end would take
+/// the idle part's deficit out of the kernel's energy: on a cell of 700 µs behind a
+/// 5 ms kernel, about 1 %).
+fn energy(t: &[f64], dt: f64, power: &[f64], duration: f64, idle: f64) -> f64 {
+    let excess: f64 = (t.iter().zip(power))
         .map(|(&tc, &p)| {
-            let lo = (tc - 0.5 * dt).max(0.0);
-            let hi = (tc + 0.5 * dt).min(duration);
-            if hi > lo {
-                p * (hi - lo)
+            let (lo, hi) = ((tc - 0.5 * dt).max(0.0), tc + 0.5 * dt);
+            if hi > lo && lo < duration {
+                (p - idle) * (hi - lo)
             } else {
                 0.0
             }
         })
-        .sum()
+        .sum();
+    idle * duration + excess
 }
 
 /// The TV solution at `lambda` (≥ 0), not refitted, with what its optimality conditions
@@ -1968,7 +1974,7 @@ pub fn deconvolve(input: &Input, options: &Options) -> Result<Deconvolved, Param
     let chosen = choose(&model, &c, options, has_se);
     let st = &chosen.est;
     let power_w = full_power(&model, c_start, &levels(&model, st));
-    let energy_j = energy(&t, dt, &power_w, input.duration_s);
+    let energy_j = energy(&t, dt, &power_w, input.duration_s, input.idle_w);
     let chi2 = model.chi2(st, &model.data);
     let mut converged = st.converged;
 
@@ -2013,7 +2019,7 @@ pub fn deconvolve(input: &Input, options: &Options) -> Result<Deconvolved, Param
             let sb = estimate(&model, &cb, chosen.lambda, &mut tv, options.refit);
             converged &= sb.converged;
             let pb = full_power(&model, c_start, &levels(&model, &sb));
-            energies.push(energy(&t, dt, &pb, input.duration_s));
+            energies.push(energy(&t, dt, &pb, input.duration_s, input.idle_w));
             for (s, v) in samples.iter_mut().zip(&pb) {
                 s.push(*v);
             }

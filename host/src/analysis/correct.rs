@@ -86,6 +86,13 @@ pub struct Corrected {
     /// How far the reference lags the GPU's timeline, as the model's negative delay
     /// says, s (0 for a delay ≥ 0).
     pub reference_lag_s: f64,
+    /// The bin width asked for, s; the correction's own (`d.dt_s`) is wider where bins
+    /// that narrow would hold fewer than [`MIN_READINGS_PER_BIN`] readings
+    /// ([`Corrected::widened`]).
+    pub requested_bin_s: f64,
+    /// Logger readings per bin of the width asked for, on average over the kernel and
+    /// the logger's reach after it.
+    pub readings_per_bin: f64,
 }
 
 /// Deconvolves the stitched logger profile of `profile` (its rig capture `rig`) with
@@ -97,7 +104,6 @@ pub fn correct(
     model_path: &Path,
     bin_s: f64,
 ) -> Result<Corrected, CorrectError> {
-    let dt = bin_s;
     // Readings hold the kernel for up to a window (and the delay) after its end: stitch
     // that far and more past the executions' typical length.
     let durations = execution_durations(profile)?;
@@ -106,12 +112,20 @@ pub fn correct(
         .or(model.tau_s.map(|t| 5.0 * t))
         .unwrap_or(model.period_s)
         + model.delay_s.abs();
-    let options = Options {
-        bin_s: dt,
-        horizon_s: 2.0 * median(&durations) + 2.5 * reach,
+    let horizon_s = 2.0 * median(&durations) + 2.5 * reach;
+    let mut options = Options {
+        bin_s,
+        horizon_s,
         ..Options::default()
     };
-    let a = analyse(profile, rig, &options)?;
+    let mut a = analyse(profile, rig, &options)?;
+    let seen_until = median(&durations) + reach;
+    let readings_per_bin = readings_per_bin(&a.logger, seen_until);
+    if readings_per_bin > 0.0 && readings_per_bin < MIN_READINGS_PER_BIN {
+        options.bin_s = bin_s * (MIN_READINGS_PER_BIN / readings_per_bin).ceil();
+        a = analyse(profile, rig, &options)?;
+    }
+    let dt = options.bin_s;
     let kept = a.kept_durations();
     if kept.is_empty() {
         return Err(CorrectError::NoExecutions(profile.to_path_buf()));
@@ -177,7 +191,55 @@ pub fn correct(
         idle_w: idle,
         duration_s: duration,
         reference_lag_s,
+        requested_bin_s: bin_s,
+        readings_per_bin,
     })
+}
+
+/// The fewest logger readings a bin must hold on average, over the kernel and the
+/// logger's reach after it, for the correction to be drawn on it. Each bin's standard
+/// error comes from the scatter of its readings and its neighbours' (pooled over
+/// ±[`railtrace_calibration::deconvolve::SE_POOL_HALF_WIDTH`] bins), and the
+/// regulariser's strength is chosen by holding the fit's χ² to them: with fewer than
+/// about one reading a bin most bins have none to scatter, their errors are guessed from
+/// elsewhere in the profile, and the strength falls to nothing (a profile of spurious
+/// steps). At 3 readings a bin (Poisson) four bins in five hold two or more, and the
+/// pooled variance rests on some twenty degrees of freedom. On a logger of period `T`,
+/// `N` runs give about `N·dt/T` readings to a bin of width `dt`.
+pub const MIN_READINGS_PER_BIN: f64 = 3.0;
+
+/// The mean readings per bin of the stitched logger profile `logger` over TOI
+/// `[0, until)`.
+fn readings_per_bin(logger: &[Point], until: f64) -> f64 {
+    let seen: Vec<usize> = (logger.iter())
+        .filter(|p| p.lo_s >= 0.0 && p.hi_s <= until)
+        .map(|p| p.n)
+        .collect();
+    if seen.is_empty() {
+        return 0.0;
+    }
+    seen.iter().sum::<usize>() as f64 / seen.len() as f64
+}
+
+impl Corrected {
+    /// Why the correction is drawn on bins wider than asked, when it is: a sentence for
+    /// the user.
+    pub fn widened(&self) -> Option<String> {
+        let (asked, drawn) = (self.requested_bin_s, self.d.dt_s);
+        (drawn > asked * (1.0 + 1e-9)).then(|| {
+            let runs = (self.analysis.executions.iter()).filter(|e| e.kept).count() as f64;
+            format!(
+                "bins of {:.0} µs hold {:.2} logger readings each over the kernel and the logger's reach, \
+                 too few to tell their scatter: corrected on bins of {:.0} µs instead \
+                 (about {:.0} runs would hold {MIN_READINGS_PER_BIN} a bin at {:.0} µs)",
+                asked * 1e6,
+                self.readings_per_bin,
+                drawn * 1e6,
+                (runs * MIN_READINGS_PER_BIN / self.readings_per_bin).ceil(),
+                asked * 1e6,
+            )
+        })
+    }
 }
 
 /// How far the rig's stitched profile `rig` lags the GPU's timeline, s: the energy it
@@ -236,6 +298,9 @@ pub fn figures(c: &Corrected, model: &LoggerModel, model_path: &Path) -> serde_j
         "noise_scale": d.noise_scale,
         "segments": d.segments,
         "confidence": d.confidence,
+        "bin_s": d.dt_s,
+        "requested_bin_s": c.requested_bin_s,
+        "readings_per_bin": c.readings_per_bin,
         "logger_model": model_path.display().to_string(),
         "family": model.family,
     })

@@ -25,7 +25,8 @@ pub struct Args {
     /// rig_w).
     #[arg(long, short, default_value = "corrected.arrow")]
     output: PathBuf,
-    /// Width of the profile's bins, µs.
+    /// Width of the profile's bins, µs; widened (and said so) where bins this narrow would
+    /// hold fewer than 3 of the logger's readings each, too few to tell their scatter.
     #[arg(value_parser = super::bin_us, long, default_value_t = 10.0)]
     bin_us: f64,
     /// Print the figures as JSON.
@@ -52,6 +53,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     );
     bar.finish_and_clear();
     let c = c?;
+    if let Some(why) = c.widened() {
+        eprintln!("railtrace correct: {why}");
+    }
     let figures = figures(&c, &model, &args.logger);
     let (a, d, idle) = (&c.analysis, &c.d, c.idle_w);
     write(&c, &figures, &args.output)?;

@@ -37,7 +37,8 @@ pub struct Args {
     delay_ms: Vec<f64>,
     /// Width of the profiles' bins, µs; 10 µs, or the finest the rig resolves when that
     /// is coarser (its analog chain's 10-90 % rise, or the width that gathers 30 samples a
-    /// bin over the runs).
+    /// bin over the runs). The correction widens its bins where they would hold fewer
+    /// than 3 of the logger's readings each, and says so.
     #[arg(value_parser = super::bin_us, long)]
     bin_us: Option<f64>,
     /// The rig's sample rate, Hz; when not given, the lowest that puts a sample in every
@@ -111,6 +112,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Stage::Calibrated(c, path) => {
             spinner.finish_and_clear();
             calibrate::print(c, path);
+        }
+        Stage::Corrected(c) => {
+            if let Some(why) = c.widened() {
+                eprintln!("railtrace correct: {why}");
+            }
         }
         Stage::Correcting | Stage::Reporting => {}
     })?;

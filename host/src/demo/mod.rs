@@ -171,6 +171,8 @@ pub enum Stage<'a> {
     Calibrated(&'a Calibrated, &'a Path),
     /// Correcting the logger's profile.
     Correcting,
+    /// The logger's profile corrected.
+    Corrected(&'a Corrected),
     /// Scoring and writing the report.
     Reporting,
 }
@@ -258,6 +260,7 @@ pub fn run(req: &Request, on: &mut dyn FnMut(Stage<'_>)) -> Result<Demo, DemoErr
         setup.bin_s,
     )?;
     let correct_s = t.elapsed().as_secs_f64();
+    on(Stage::Corrected(&c));
 
     on(Stage::Reporting);
     let t = Instant::now();
@@ -461,6 +464,9 @@ fn figures(
         "runs": req.runs,
         "executions_kept": a.executions.iter().filter(|e| e.kept).count(),
         "bin_s": d.dt_s,
+        "requested_bin_s": c.requested_bin_s,
+        "readings_per_bin": c.readings_per_bin,
+        "widened": c.widened(),
         "logger": cal.model,
         "idle_w": c.idle_w,
         "reference_lag_s": c.reference_lag_s,

@@ -246,6 +246,9 @@ fn report_html(
         escape(figures["rule"].as_str().unwrap_or("")),
         figures["idle_w"].as_f64().unwrap_or(f64::NAN),
     );
+    if let Some(why) = figures["widened"].as_str() {
+        let _ = writeln!(h, "<p><b>Bins widened:</b> {}.</p>", escape(why));
+    }
     let _ = writeln!(
         h,
         "<h2>Against the twin's truth</h2><pre>{}</pre>",
