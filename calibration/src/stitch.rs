@@ -279,7 +279,9 @@ impl ProfileAccumulator {
 /// Energies over windows of a dense trace read one sample at a time in time order: for
 /// each window `[from, to]`, `∫ P` of the samples' linear interpolation, as
 /// [`energy_trapezoid`] gives it over the whole trace (NaN for a window not within the
-/// samples), in one pass and without keeping the samples.
+/// samples), in one pass and without keeping the samples. Where the trace has a hole
+/// ([`WindowEnergies::gap`]: samples lost) nothing is interpolated across it: a window
+/// that overlaps it is NaN.
 #[derive(Debug, Clone)]
 pub struct WindowEnergies {
     /// Every window's `from` and `to`, with (window, is its `to`), by time.
@@ -291,6 +293,11 @@ pub struct WindowEnergies {
     acc: f64,
     first_s: f64,
     bad: bool,
+    /// Whether samples are missing before the next one.
+    gap_pending: bool,
+    /// The holes: from the last sample before to the first after, in time order.
+    gaps: Vec<(f64, f64)>,
+    windows: Vec<(f64, f64)>,
 }
 
 impl WindowEnergies {
@@ -310,7 +317,16 @@ impl WindowEnergies {
             acc: 0.0,
             first_s: f64::NAN,
             bad: false,
+            gap_pending: false,
+            gaps: Vec::new(),
+            windows: windows.to_vec(),
         }
+    }
+
+    /// Samples are missing between the last one pushed and the next: the windows that
+    /// overlap that stretch have no energy (NaN).
+    pub fn gap(&mut self) {
+        self.gap_pending = true;
     }
 
     fn mark(&mut self, e: f64) {
@@ -352,16 +368,31 @@ impl WindowEnergies {
             };
             self.mark(e);
         }
+        if std::mem::take(&mut self.gap_pending) {
+            self.gaps.push((t0, t));
+        }
         self.acc += 0.5 * (w0 + w) * (t - t0);
         self.last = Some((t, w));
     }
 
     /// Each window's energy, J, in the order given.
     pub fn finish(self) -> Vec<f64> {
-        let bad = self.bad;
-        self.at
-            .iter()
-            .map(|&(a, b)| if bad { f64::NAN } else { b - a })
+        let gaps = &self.gaps;
+        // The holes' ends increase with their starts: the first that ends after a
+        // window's start is the only one that can overlap it first.
+        let over_gap = |&(from, to): &(f64, f64)| {
+            let (lo, hi) = (from.min(to), from.max(to));
+            let k = gaps.partition_point(|g| g.1 <= lo);
+            gaps.get(k).is_some_and(|g| g.0 < hi)
+        };
+        (self.at.iter().zip(&self.windows))
+            .map(|(&(a, b), w)| {
+                if self.bad || over_gap(w) {
+                    f64::NAN
+                } else {
+                    b - a
+                }
+            })
             .collect()
     }
 }

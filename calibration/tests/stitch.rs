@@ -345,6 +345,55 @@ fn settling_is_estimated_on_synthetic_trains() {
     assert!(estimate_settling(&[0.0, 1.0], &[1.0]).is_err());
 }
 
+/// A recording's gap is samples that are missing, never interpolated: a window that
+/// overlaps one has no energy (where a straight line across it would give an execution
+/// inside it the idle level's energy, biasing the mean low), and every other window's is
+/// the trapezoid rule's on its own stretch of the trace.
+#[test]
+fn window_energies_are_nan_across_a_gap_and_exact_elsewhere() {
+    let ts: Vec<f64> = (0..1000).map(|i| f64::from(i) * 1e-5).collect();
+    let ws: Vec<f64> = ts
+        .iter()
+        .map(|t| 100.0 + 300.0 * (t * 1e3).sin().abs())
+        .collect();
+    // Samples 400..600 lost: the hole is from sample 399 to sample 600.
+    let (hole_lo, hole_hi) = (ts[399], ts[600]);
+    let windows = [
+        (ts[10], ts[300]),  // before
+        (ts[350], ts[399]), // ends at the hole's edge
+        (ts[380], ts[420]), // into it
+        (ts[450], ts[550]), // inside
+        (ts[590], ts[700]), // out of it
+        (ts[600], ts[900]), // starts at its far edge
+        (ts[100], ts[800]), // across it
+        (ts[700], ts[350]), // across it, reversed
+        (ts[620], ts[990]), // after
+    ];
+    let mut acc = WindowEnergies::new(&windows);
+    for (i, (&t, &w)) in ts.iter().zip(&ws).enumerate() {
+        if (400..600).contains(&i) {
+            continue;
+        }
+        if i == 600 {
+            acc.gap();
+        }
+        acc.push(t, w);
+    }
+    let got = acc.finish();
+    for (&(a, b), e) in windows.iter().zip(got) {
+        let (lo, hi) = (a.min(b), a.max(b));
+        if lo < hole_hi && hi > hole_lo {
+            assert!(e.is_nan(), "[{a}, {b}] overlaps the gap: {e}");
+        } else {
+            let want = energy_trapezoid(&ts, &ws, a, b);
+            assert!(
+                (e - want).abs() <= 1e-9 * want.abs(),
+                "[{a}, {b}]: {e} vs {want}"
+            );
+        }
+    }
+}
+
 /// Energies over many windows in one pass over the samples equal the trapezoid rule over
 /// the whole trace, window by window: inside, at samples, reversed, and NaN outside.
 #[test]

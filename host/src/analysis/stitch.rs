@@ -597,12 +597,13 @@ fn rig_reader(path: &Path, samples: bool) -> Result<recording::Reader, AnalysisE
 }
 
 /// The rig's capture `r` ([`rig_reader`]), read a batch at a time: its edges on `line`,
-/// and each sample's (device s, total W) given to `sample`.
+/// and each sample's (device s, total W, whether samples are missing before it: a gap
+/// row came first) given to `sample`.
 fn rig_side(
     r: recording::Reader,
     line: u8,
     epoch_ns: i64,
-    mut sample: Option<&mut dyn FnMut(f64, f32) -> Result<(), AnalysisError>>,
+    mut sample: Option<&mut dyn FnMut(f64, f32, bool) -> Result<(), AnalysisError>>,
 ) -> Result<RigSide, AnalysisError> {
     let derive = r.meta.derive.clone();
     let tick_hz = r
@@ -618,6 +619,7 @@ fn rig_side(
         })?;
     let shift = (r.meta.epoch_utc_ns - epoch_ns) as f64 * 1e-9;
     let mut rig = RigSide::default();
+    let mut after_gap = false;
     for batch in r {
         let batch = batch?;
         let rows = Rows::new(&batch);
@@ -634,7 +636,7 @@ fn rig_side(
                 if let (Some(d), Some(sample)) = (&derive, sample.as_mut()) {
                     rows.block_samples(i, d, |t, w| {
                         if failed.is_ok() {
-                            failed = sample(t as f64 / tick_hz, w);
+                            failed = sample(t as f64 / tick_hz, w, std::mem::take(&mut after_gap));
                         }
                     });
                 }
@@ -647,9 +649,10 @@ fn rig_side(
                         continue;
                     };
                     if let (Some(t), Some(w)) = (Rows::get(tick, i), Rows::get(total, i)) {
-                        sample(t as f64 / tick_hz, w)?;
+                        sample(t as f64 / tick_hz, w, std::mem::take(&mut after_gap))?;
                     }
                 }
+                Kind::Gap => after_gap = true,
                 Kind::Edge if lines.value(i) == line => rig.edges.push((
                     rising.value(i),
                     tick.value(i) as f64 / tick_hz,
@@ -846,8 +849,11 @@ pub fn analyse(
             rig_reader(rig_path, true)?,
             g.line,
             g.epoch_ns,
-            Some(&mut |d, w| {
+            Some(&mut |d, w, after_gap| {
                 let (t, w) = (device.map.apply(d), f64::from(w));
+                if after_gap {
+                    energy.gap();
+                }
                 energy.push(t, w);
                 if let Some(toi) = follow.toi(t) {
                     rig_bins.push(toi, w);
@@ -952,7 +958,7 @@ fn rig_on_host(
         rig_reader(rig_path, true)?,
         g.line,
         g.epoch_ns,
-        Some(&mut |d, w| {
+        Some(&mut |d, w, _| {
             samples.push((d, w));
             Ok(())
         }),
@@ -1051,7 +1057,7 @@ pub fn reduced_timeline(
         reader,
         g.line,
         g.epoch_ns,
-        Some(&mut |d, w| {
+        Some(&mut |d, w, _| {
             lattice.push(d, f64::from(w)).map_err(|e| math(&e))?;
             if lattice.samples() % 1_000_000 == 0 {
                 progress(lattice.samples());
