@@ -483,14 +483,14 @@ struct Sync {
 /// What the reader hands the writer.
 #[derive(Debug)]
 enum Record {
-    /// A (re)connection: the device, the settings, and the time-sync exchanges, in order,
-    /// the one of shortest round trip anchoring its ticks to host time.
+    /// A (re)connection: the device, the settings, and the time-sync exchange that anchors
+    /// its ticks to host time.
     Segment {
         info: Info,
         mask: u8,
         rate_hz: u32,
         averaging: u16,
-        exchanges: Vec<Sync>,
+        anchor: Sync,
     },
     Block {
         first_index: u64,
@@ -748,21 +748,14 @@ async fn connect(
     };
     command(&mut rig, "Configure", configure, &mut sink).await?;
     let mut tries = 0;
-    let mut exchanges = Vec::with_capacity(ANCHOR_EXCHANGES);
-    while exchanges.len() < ANCHOR_EXCHANGES {
+    let anchor = loop {
         match time_sync(&mut rig, &mut sink).await {
-            Ok(s) => exchanges.push(s),
             Err(CaptureError::Transport(TransportError::Timeout { .. })) if tries < RETRIES => {
                 tries += 1
             }
-            Err(CaptureError::Transport(TransportError::Timeout { .. }))
-                if !exchanges.is_empty() =>
-            {
-                break
-            }
-            Err(e) => return Err(e),
+            r => break r?,
         }
-    }
+    };
     // A Start whose answer was lost leaves the device running: a second Start is then
     // refused as Busy, which is success.
     match command(
@@ -786,19 +779,13 @@ async fn connect(
             mask,
             rate_hz,
             averaging,
-            exchanges,
+            anchor,
         }),
     ))
 }
 
 /// Tries for a lost answer.
 const RETRIES: u32 = 3;
-
-/// Time-sync exchanges at each (re)connection. The one of shortest round trip anchors the
-/// device's clock: the anchor's error is at most half its round trip, and on a busy host
-/// one exchange can wait milliseconds for the scheduler where the fastest of eight
-/// rarely does.
-const ANCHOR_EXCHANGES: usize = 8;
 
 /// A command, sent again when its answer is lost.
 async fn command(
@@ -1428,12 +1415,12 @@ pub fn replay(stream: &[u8], config: &Config) -> Result<(Progress, u64), Capture
                     rate_hz: config.rate_hz.unwrap_or(0),
                     averaging: config.averaging,
                     info,
-                    exchanges: vec![Sync {
+                    anchor: Sync {
                         host_send_ns: now,
                         host_recv_ns: now,
                         rx_tick: 0,
                         tx_tick: 0,
-                    }],
+                    },
                 }
             }
             m => match owned(m, seq.lost, 0) {
@@ -1565,8 +1552,8 @@ impl<'a> Writing<'a> {
                 mask,
                 rate_hz,
                 averaging,
-                exchanges,
-            } => self.segment(info, mask, rate_hz, averaging, &exchanges)?,
+                anchor,
+            } => self.segment(info, mask, rate_hz, averaging, anchor)?,
             Record::Block {
                 first_index,
                 first_tick,
@@ -1869,14 +1856,8 @@ impl<'a> Writing<'a> {
         mask: u8,
         rate_hz: u32,
         averaging: u16,
-        exchanges: &[Sync],
+        anchor: Sync,
     ) -> Result<(), RecordingError> {
-        let Some(anchor) = (exchanges.iter())
-            .min_by_key(|s| s.host_recv_ns - s.host_send_ns)
-            .copied()
-        else {
-            return Ok(());
-        };
         self.close_tail(false);
         let host_mid = mid(anchor.host_send_ns, anchor.host_recv_ns);
         self.reconnect_gap = self.lost.take();
@@ -1890,7 +1871,7 @@ impl<'a> Writing<'a> {
                 version: FORMAT_VERSION,
                 source: format!("capture {}", self.config.port.display()),
                 epoch_utc_ns: self.epoch_ns,
-                timebase: "device clock, anchored to host UTC by the time-sync exchange of shortest round trip of those at each (re)connection; time_sync rows hold every exchange".into(),
+                timebase: "device clock, anchored to host UTC by a time-sync exchange at each (re)connection; time_sync rows hold every exchange".into(),
                 rails: self.rails.iter().map(|r| r.name.clone()).collect(),
                 code_channels: self.code_channels.clone(),
                 device: serde_json::to_value(&info).ok(),
@@ -1946,9 +1927,7 @@ impl<'a> Writing<'a> {
                 .to_string(),
             });
         }
-        for s in exchanges {
-            self.sync(s);
-        }
+        self.sync(&anchor);
         Ok(())
     }
 }
