@@ -516,6 +516,29 @@ fn a_misfit_logger_still_returns() {
     assert!(d.power_w.iter().all(|p| p.is_finite() && *p >= 0.0));
 }
 
+/// The `n` bins from `t0`, `dt` wide, of noise-free readings: each the bin's average by
+/// the midpoint rule on 4000 points (the reading is piecewise smooth, so this is exact to
+/// ~1e-8).
+fn bin_averages(
+    truth: &Truth,
+    fam: &Family,
+    logger: (f64, f64, f64),
+    t0: f64,
+    dt: f64,
+    n: usize,
+) -> Vec<f64> {
+    let m: usize = 4000;
+    (0..n)
+        .map(|k| {
+            let lo = t0 + k as f64 * dt;
+            (0..m)
+                .map(|i| reading(truth, fam, logger, lo + (i as f64 + 0.5) * dt / m as f64))
+                .sum::<f64>()
+                / m as f64
+        })
+        .collect()
+}
+
 #[test]
 fn noise_free_readings_are_inverted_exactly() {
     // Exact bin averages of the two-phase kernel: the steps are recovered to rounding.
@@ -529,18 +552,7 @@ fn noise_free_readings_are_inverted_exactly() {
         let logger = (30e-6, 1.0, 0.0);
         let t0 = -100e-6;
         let n = 150;
-        let y: Vec<f64> = (0..n)
-            .map(|k| {
-                let lo = t0 + k as f64 * dt;
-                // Bin average by the midpoint rule on 4000 points: the reading is
-                // piecewise smooth, so this is exact to ~1e-8.
-                let m: usize = 4000;
-                (0..m)
-                    .map(|i| reading(&truth, &fam, logger, lo + (i as f64 + 0.5) * dt / m as f64))
-                    .sum::<f64>()
-                    / m as f64
-            })
-            .collect();
+        let y = bin_averages(&truth, &fam, logger, t0, dt, n);
         let h = match fam {
             Family::Exp(tau) => exponential_kernel(tau, dt, 2000).unwrap(),
             Family::Box(w) => box_kernel(w, dt).unwrap(),
@@ -595,16 +607,7 @@ fn the_energy_is_exact_when_the_kernel_ends_inside_a_cell() {
     let truth = Truth::two_phase(100e-6);
     let fam = Family::Box(1e-3);
     let logger = (30e-6, 1.0, 0.0);
-    let y: Vec<f64> = (0..n)
-        .map(|k| {
-            let lo = t0 + k as f64 * dt;
-            let m: usize = 4000;
-            (0..m)
-                .map(|i| reading(&truth, &fam, logger, lo + (i as f64 + 0.5) * dt / m as f64))
-                .sum::<f64>()
-                / m as f64
-        })
-        .collect();
+    let y = bin_averages(&truth, &fam, logger, t0, dt, n);
     let input = Input {
         profile: Profile {
             t0_s: t0,
