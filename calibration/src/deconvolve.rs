@@ -74,7 +74,10 @@
 //!   fit on the path (the last with at most a parameter for every fourth bin, often
 //!   every free cell), `s² = χ²/(N − df)` ([`Deconvolved::noise_scale`]), is more than
 //!   1.25× off, or no λ passes with them, or there are none; then it is `s` (the rule
-//!   says so). The richest fit passes at its own scale, so the rule always answers; a
+//!   says so). Within 1.25× it is never taken below `s`: with hundreds of bins the
+//!   test's margin is a few per cent of `χ²`, and a scatter 10 % above the errors (a
+//!   model slightly off, seen through many readings) would pass only the richest fits,
+//!   spurious steps and all. The richest fit passes at its own scale, so the rule always answers; a
 //!   scale far above 1 says the logger model misfits the readings, not that they are
 //!   noisy. GCV answers only noise-free readings (no residual at all).
 //!
@@ -103,7 +106,7 @@
 //! fall at slightly different times. It holds the estimate's variability under the
 //! data's noise, including where the steps fall, but not the logger model's errors.
 
-use crate::stats::median;
+use crate::stats::{median, normal_quantile};
 use crate::stitch::ProfileBin;
 use crate::ParamError;
 
@@ -656,6 +659,89 @@ pub struct Deconvolved {
     pub bootstrap: usize,
     /// Whether every solve met its optimality conditions.
     pub converged: bool,
+    /// The covariance of the solved cells' powers (`free_end − n` to `free_end`, `n` =
+    /// its length's square root), W², row-major: that of the unregularised least squares
+    /// with every cell free, from the readings' standard errors, scaled up by
+    /// [`Deconvolved::noise_scale`] where the readings scatter more than they say (and
+    /// from the scatter alone without them). Not scaled down: a pilot of a few readings a
+    /// bin tells their scatter to tens of per cent, and a plan that took the lower of the
+    /// two would stop short (on the twin's short kernel, 1 000 runs whose scatter read
+    /// 0.73 of the errors planned 4 000 runs where 10 000 were needed). What the readings alone tell of
+    /// each cell, whatever steps the regulariser draws; empty where it cannot be had
+    /// (no standard errors and no scale, a singular system, or more than
+    /// [`MAX_PLANNED_CELLS`] cells).
+    pub cell_cov_w2: Vec<f64>,
+}
+
+/// Most solved cells [`Deconvolved::cell_cov_w2`] is computed for.
+pub const MAX_PLANNED_CELLS: usize = 2_000;
+
+impl Deconvolved {
+    /// The standard deviation of the level of every stretch of `cells` solved cells (one
+    /// phase that long, starting at each solved cell in turn), W: that of its least-
+    /// squares fit with the stretch one level and every other solved cell free, which
+    /// falls as one over the square root of the readings. From
+    /// [`Deconvolved::cell_cov_w2`] as the Gaussian conditional on the stretch's inner
+    /// jumps `u_j = P_j − P_{j−1}` being 0: `C_aa − vᵀM⁻¹v`, `v = Cov(P_a, u)`,
+    /// `M = Cov(u)`. `None` without a covariance or for `cells` = 0 or more than the
+    /// solved cells.
+    pub fn stretch_sd_w(&self, cells: usize) -> Option<Vec<f64>> {
+        let n = (self.cell_cov_w2.len() as f64).sqrt() as usize;
+        if n == 0 || cells == 0 || cells > n {
+            return None;
+        }
+        let c = |i: usize, j: usize| self.cell_cov_w2[i * n + j];
+        let r = cells - 1;
+        (0..=n - cells)
+            .map(|a| {
+                let inner = a + 1..a + cells;
+                let v: Vec<f64> = inner.clone().map(|j| c(a, j) - c(a, j - 1)).collect();
+                let mut m = vec![0.0; r * r];
+                for (x, i) in inner.clone().enumerate() {
+                    for (y, j) in inner.clone().enumerate() {
+                        m[x * r + y] = c(i, j) - c(i, j - 1) - c(i - 1, j) + c(i - 1, j - 1);
+                    }
+                }
+                let explained: f64 = if r == 0 {
+                    0.0
+                } else {
+                    let inv = crate::power::invert(&m, r)?;
+                    (0..r)
+                        .map(|x| (0..r).map(|y| v[x] * inv[x * r + y] * v[y]).sum::<f64>())
+                        .sum()
+                };
+                Some((c(a, a) - explained).max(0.0).sqrt())
+            })
+            .collect()
+    }
+
+    /// The planner of a correction: by how many times the readings (the runs) must grow
+    /// for the level of every stretch of `cells` solved cells (a phase that long) to be
+    /// within `rel_err` of the correction's mean power over it, all at once with
+    /// probability `confidence`, by [`Deconvolved::stretch_sd_w`]. Below 1 the readings
+    /// already hold it. Stretches that overlap are not independent: the confidence is
+    /// shared (Bonferroni, as [`crate::plan::runs_needed`] shares it over bins) among the
+    /// disjoint phases that fit, `⌊n/cells⌋`. Every other cell free, it asks for more
+    /// than a correction that finds every phase's steps needs. `None` as
+    /// [`Deconvolved::stretch_sd_w`], or for a stretch of mean power 0.
+    pub fn readings_factor(&self, rel_err: f64, confidence: f64, cells: usize) -> Option<f64> {
+        if !(rel_err > 0.0 && confidence > 0.0 && confidence < 1.0) {
+            return None;
+        }
+        let sd = self.stretch_sd_w(cells)?;
+        let solved = sd.len() + cells - 1;
+        let first = self.free_end - solved;
+        let phases = solved / cells;
+        let z = -normal_quantile(0.5 * (1.0 - confidence) / phases as f64);
+        let worst = (sd.iter().enumerate())
+            .map(|(a, sd)| {
+                let cells_w = &self.power_w[first + a..first + a + cells];
+                let power = cells_w.iter().sum::<f64>() / cells as f64;
+                (z * sd / (rel_err * power)).powi(2)
+            })
+            .fold(0.0, f64::max);
+        worst.is_finite().then_some(worst)
+    }
 }
 
 /// The TV solution at a given λ (before any refit), with what its optimality conditions
@@ -1606,9 +1692,56 @@ fn estimate(model: &Model, c: &[f64], lambda: f64, tv: &mut State, refit: bool) 
         est.theta.iter_mut().for_each(|t| *t = 0.0);
         // With every active jump free, λ = ∞ moves them with no penalty and lets none in.
         solve(model, c, f64::INFINITY, &mut est);
+        place_steps(model, c, &mut est);
         est.converged &= tv.converged;
     }
     est
+}
+
+/// Moves the steps of a refitted estimate a cell either way, one at a time, while that
+/// lowers `χ²` (the levels refitted each time): TV chooses how many steps to draw, but
+/// between columns as alike as a long response's step responses a cell apart its path
+/// may take one a cell from where the readings put it (on the twin's 50 µs kernel behind
+/// a 1 ms box at 5 µs cells, a step at 35 µs drawn at 40 µs). Steps beside a segment held
+/// at 0 stay.
+fn place_steps(model: &Model, c: &[f64], est: &mut State) {
+    // χ² less its constant: uᵀGu − 2uᵀc.
+    let q = |st: &State| {
+        let nv = model.nv;
+        (0..nv)
+            .map(|i| {
+                let gu: f64 = (0..nv).map(|j| model.gram[i * nv + j] * st.u[j]).sum();
+                st.u[i] * (gu - 2.0 * c[i])
+            })
+            .sum::<f64>()
+    };
+    let mut best = q(est);
+    for _ in 0..model.n {
+        let mut better = None;
+        'steps: for &m in est.active.iter().filter(|&&m| m < model.n && model.pen[m]) {
+            for to in [m.wrapping_sub(1), m + 1] {
+                let free = to < model.n && model.pen[to] && est.active.binary_search(&to).is_err();
+                if !free || !est.work.is_empty() {
+                    continue;
+                }
+                let mut trial = est.clone();
+                trial.active.retain(|&a| a != m);
+                let at = trial.active.partition_point(|&a| a < to);
+                trial.active.insert(at, to);
+                (trial.u[to], trial.u[m]) = (trial.u[m], 0.0);
+                solve(model, c, f64::INFINITY, &mut trial);
+                let score = q(&trial);
+                if trial.converged && score < best - 1e-12 * best.abs() {
+                    better = Some((trial, score));
+                    break 'steps;
+                }
+            }
+        }
+        match better {
+            Some((st, score)) => (*est, best) = (st, score),
+            None => return,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -1722,10 +1855,14 @@ fn choose_discrepancy(
     let nu_rich = (counted - rich.df() as f64).max(1.0);
     let s_rich = (chi2(rich) / nu_rich).sqrt();
     let mut scales = Vec::with_capacity(2);
+    // Errors that agree with the scatter are taken, but never as less than it: with
+    // hundreds of bins the test's margin is a few per cent of χ², and a scatter 10 %
+    // above the errors (a model a little off, seen by many readings) would pass only the
+    // richest fits, spurious steps and all.
     if has_se && (1.0 / SE_TRUST..=SE_TRUST).contains(&s_rich) {
-        scales.push(1.0);
+        scales.push(s_rich.max(1.0));
     }
-    if s_rich.is_finite() && s_rich > 0.0 {
+    if s_rich.is_finite() && s_rich > 0.0 && scales.first() != Some(&s_rich) {
         scales.push(s_rich);
     }
     for scale in scales {
@@ -2054,7 +2191,48 @@ pub fn deconvolve(input: &Input, options: &Options) -> Result<Deconvolved, Param
         noise_scale: chosen.noise_scale,
         bootstrap: reps,
         converged,
+        cell_cov_w2: cell_covariance(
+            &model,
+            if has_se {
+                chosen.noise_scale.max(1.0)
+            } else {
+                chosen.noise_scale
+            },
+        ),
     })
+}
+
+/// [`Deconvolved::cell_cov_w2`]: `s²·L G⁻¹ Lᵀ` (`s` = `scale`, the noise's against the
+/// weights) for the jumps' Gram matrix `G = BᵀWB`
+/// (the offset correction, where fitted, marginalised), `L` the cumulative sum that
+/// makes jumps cell powers.
+fn cell_covariance(model: &Model, scale: f64) -> Vec<f64> {
+    let (n, nv) = (model.n, model.nv);
+    if !(scale.is_finite() && scale > 0.0) || n > MAX_PLANNED_CELLS {
+        return Vec::new();
+    }
+    let Some(inv) = crate::power::invert(&model.gram, nv) else {
+        return Vec::new();
+    };
+    // C_ij = s²·Σ_{a ≤ i} Σ_{b ≤ j} G⁻¹_ab, by prefix sums.
+    let mut c = vec![0.0; n * n];
+    for i in 0..n {
+        for j in 0..n {
+            let mut v = inv[i * nv + j];
+            if i > 0 {
+                v += c[(i - 1) * n + j];
+            }
+            if j > 0 {
+                v += c[i * n + j - 1];
+            }
+            if i > 0 && j > 0 {
+                v -= c[(i - 1) * n + j - 1];
+            }
+            c[i * n + j] = v;
+        }
+    }
+    c.iter_mut().for_each(|v| *v *= scale * scale);
+    c
 }
 
 /// The band of replicates `values` about the estimate `P̂`: the union of the basic

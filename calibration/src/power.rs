@@ -165,7 +165,7 @@ fn weighted_rss(cols: &[Vec<f64>], x: &[f64], y: &[f64], w: &[f64]) -> f64 {
 
 /// The inverse of a small square matrix (row-major) by Gauss–Jordan elimination with
 /// partial pivoting; None if singular.
-fn invert(a: &[f64], n: usize) -> Option<Vec<f64>> {
+pub fn invert(a: &[f64], n: usize) -> Option<Vec<f64>> {
     let mut m = a.to_vec();
     let mut inv = vec![0.0; n * n];
     for i in 0..n {

@@ -222,6 +222,34 @@ fn readings_per_bin(logger: &[Point], until: f64) -> f64 {
 }
 
 impl Corrected {
+    /// The planner ([`Deconvolved::readings_factor`]): the executions a profiling run
+    /// like this one needs for the mean power over every stretch of [`PLAN_CELLS`] cells
+    /// of the correction (its shortest phase) to be within `rel_err`, together with
+    /// probability `confidence`; `None` where it cannot tell.
+    pub fn planned_executions(&self, rel_err: f64, confidence: f64) -> Option<u64> {
+        let factor = self.d.readings_factor(rel_err, confidence, PLAN_CELLS)?;
+        Some((factor * self.analysis.executions.len() as f64).ceil() as u64)
+    }
+
+    /// The plan as a sentence for the user.
+    pub fn plan(&self, rel_err: f64, confidence: f64) -> Option<String> {
+        let need = self.planned_executions(rel_err, confidence)?;
+        let have = self.analysis.executions.len();
+        let phase_us = PLAN_CELLS as f64 * self.d.dt_s * 1e6;
+        let (pct, conf) = (rel_err * 100.0, confidence * 100.0);
+        Some(if need <= have as u64 {
+            format!(
+                "the readings hold every {phase_us:.0} µs phase within {pct} % at {conf:.0} % \
+                 ({have} executions; {need} would do)"
+            )
+        } else {
+            format!(
+                "about {need} executions (this run has {have}) would hold every {phase_us:.0} µs \
+                 phase within {pct} % at {conf:.0} %"
+            )
+        })
+    }
+
     /// Why the correction is drawn on bins wider than asked, when it is: a sentence for
     /// the user.
     pub fn widened(&self) -> Option<String> {
@@ -281,6 +309,15 @@ fn reference_lag(rig: &[Point], duration: f64, spread: f64) -> Option<f64> {
         .then_some(lag)
 }
 
+/// The relative error and confidence `railtrace correct` plans for.
+pub const PLAN_ERROR: f64 = 0.05;
+/// See [`PLAN_ERROR`].
+pub const PLAN_CONFIDENCE: f64 = 0.95;
+
+/// The shortest phase the planner plans for, in cells: the shortest with a cell that
+/// no step shares.
+pub const PLAN_CELLS: usize = 3;
+
 /// The figures of a correction, as `railtrace correct --json` prints them and the
 /// corrected file's metadata holds them.
 pub fn figures(c: &Corrected, model: &LoggerModel, model_path: &Path) -> serde_json::Value {
@@ -301,6 +338,7 @@ pub fn figures(c: &Corrected, model: &LoggerModel, model_path: &Path) -> serde_j
         "bin_s": d.dt_s,
         "requested_bin_s": c.requested_bin_s,
         "readings_per_bin": c.readings_per_bin,
+        "planned_executions": c.planned_executions(PLAN_ERROR, PLAN_CONFIDENCE),
         "logger_model": model_path.display().to_string(),
         "family": model.family,
     })

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use railtrace::analysis::correct::{correct, figures, write};
+use railtrace::analysis::correct::{correct, figures, write, PLAN_CONFIDENCE, PLAN_ERROR};
 use railtrace::analysis::logger_model::LoggerModel;
 use railtrace::store::recording::rig_path;
 
@@ -55,6 +55,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let c = c?;
     if let Some(why) = c.widened() {
         eprintln!("railtrace correct: {why}");
+    }
+    if let Some(plan) = c.plan(PLAN_ERROR, PLAN_CONFIDENCE) {
+        eprintln!("railtrace correct: {plan}");
     }
     let figures = figures(&c, &model, &args.logger);
     let (a, d, idle) = (&c.analysis, &c.d, c.idle_w);

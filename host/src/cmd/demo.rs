@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 
+use railtrace::analysis::correct::PLAN_CONFIDENCE;
 use railtrace::demo::{Request, Stage, Tolerances};
 
 use super::{calibrate, profile};
@@ -70,6 +71,7 @@ pub struct Args {
 
 /// Runs `railtrace demo`.
 pub fn run(args: Args) -> anyhow::Result<()> {
+    let phase_tolerance = args.phase_tolerance;
     let req = Request {
         out: args.out,
         scenario: args.scenario,
@@ -116,6 +118,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Stage::Corrected(c) => {
             if let Some(why) = c.widened() {
                 eprintln!("railtrace correct: {why}");
+            }
+            if let Some(plan) = c.plan(phase_tolerance, PLAN_CONFIDENCE) {
+                eprintln!("railtrace correct: {plan}");
             }
         }
         Stage::Correcting | Stage::Reporting => {}

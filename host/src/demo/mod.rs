@@ -467,6 +467,8 @@ fn figures(
         "requested_bin_s": c.requested_bin_s,
         "readings_per_bin": c.readings_per_bin,
         "widened": c.widened(),
+        "planned_executions": c.planned_executions(req.tolerances.phase, correct::PLAN_CONFIDENCE),
+        "plan": c.plan(req.tolerances.phase, correct::PLAN_CONFIDENCE),
         "logger": cal.model,
         "idle_w": c.idle_w,
         "reference_lag_s": c.reference_lag_s,

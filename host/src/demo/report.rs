@@ -249,6 +249,9 @@ fn report_html(
     if let Some(why) = figures["widened"].as_str() {
         let _ = writeln!(h, "<p><b>Bins widened:</b> {}.</p>", escape(why));
     }
+    if let Some(plan) = figures["plan"].as_str() {
+        let _ = writeln!(h, "<p><b>Plan:</b> {}.</p>", escape(plan));
+    }
     let _ = writeln!(
         h,
         "<h2>Against the twin's truth</h2><pre>{}</pre>",

@@ -8,7 +8,8 @@
 //! - **the time of a step** between two phases: where the profile, linearly interpolated
 //!   between cell centres, crosses the midpoint of its own two levels (each the median of
 //!   its cells in the middle half of the phase) in the direction the truth steps, searched
-//!   from the middle of one phase to the middle of the next; none if it never does;
+//!   over the cells from the one holding the middle of one phase to the one holding the
+//!   middle of the next; none if it never does;
 //! - **RMS error**: against the truth stitched on the same cells (the mean over the kept
 //!   executions of the true power over each cell), over the TOI span given.
 
@@ -272,11 +273,14 @@ impl<'a> Stitched<'a> {
                 if !(l0.is_finite() && l1.is_finite()) || (l1 < l0) != down {
                     return None;
                 }
+                // The cells over the span, those holding its ends included: on cells
+                // as wide as a third of a phase, a centre a hair past the next phase's
+                // middle would otherwise leave the step with no cell after it.
                 let (from, to) = (0.5 * (b[j - 1] + b[j]), 0.5 * (b[j] + b[j + 1]));
                 let pts: Vec<(f64, f64)> = cells
                     .iter()
+                    .filter(|c| c.hi > from && c.lo < to && c.w.is_finite())
                     .map(|c| (0.5 * (c.lo + c.hi), c.w))
-                    .filter(|&(t, w)| t >= from && t <= to && w.is_finite())
                     .collect();
                 // Where the profile first crosses `l0 + f·(l1 − l0)` on its way.
                 let cross = |f: f64| {
@@ -441,4 +445,58 @@ pub fn score(truth: &Truth, c: &crate::analysis::correct::Corrected) -> anyhow::
             band,
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One execution at 0 of three phases, 140 W idle around it.
+    fn truth(bounds: &[f64], power: &[f64]) -> Truth {
+        let mut segments = vec![(-1e-3, 0.0, 140.0)];
+        segments.extend(bounds.windows(2).zip(power).map(|(b, &p)| (b[0], b[1], p)));
+        segments.push((*bounds.last().unwrap(), 1e-3, 140.0));
+        let mut before = Vec::new();
+        let mut e = 0.0;
+        for &(a, b, p) in &segments {
+            before.push(e);
+            e += p * (b - a);
+        }
+        Truth {
+            segments,
+            before,
+            executions: vec![TrueExecution {
+                start_s: 0.0,
+                end_s: *bounds.last().unwrap(),
+                bounds_s: bounds.to_vec(),
+                energy_j: e,
+            }],
+        }
+    }
+
+    #[test]
+    fn a_step_drawn_a_cell_late_is_found_there() {
+        // Phases 15, 20 and 14.9 µs on 5 µs cells, and a profile that draws the second
+        // step a cell late, at 40 µs: the cell after it (centre 42.5 µs) lies a hair past
+        // phase 3's middle (42.45 µs), and the step is still found, 5 µs late, not
+        // missed.
+        let bounds = [0.0, 15e-6, 35e-6, 49.9e-6];
+        let t = truth(&bounds, &[548.0, 386.0, 497.0]);
+        let st = Stitched::new(&t, t.executions.iter().collect()).unwrap();
+        let drawn = [
+            548.0, 548.0, 548.0, 386.0, 386.0, 386.0, 386.0, 386.0, 497.0, 497.0,
+        ];
+        let cells: Vec<Cell> = (0..12)
+            .map(|k| Cell {
+                lo: f64::from(k) * 5e-6,
+                hi: f64::from(k + 1) * 5e-6,
+                w: drawn.get(k as usize).copied().unwrap_or(140.0),
+            })
+            .collect();
+        let s = st.score(&cells, st.energy_j, (0.0, 60e-6));
+        for (got, want) in s.step_s.iter().zip([15e-6, 40e-6]) {
+            let got = got.expect("a step");
+            assert!((got - want).abs() < 1e-9, "{got} against {want}");
+        }
+    }
 }
