@@ -471,7 +471,12 @@ fn correct<'py>(
                 &logger,
                 bin_us * 1e-6,
             )?;
-            let figures = railtrace::analysis::correct::figures(&c, &model, &logger);
+            let figures = railtrace::analysis::correct::figures(
+                &c,
+                &model,
+                &logger,
+                &railtrace::analysis::correct::PlanFor::default(),
+            );
             let batch = railtrace::analysis::correct::table(&c, &figures)?;
             let mut w = arrow_ipc::writer::StreamWriter::try_new(Vec::new(), &batch.schema())?;
             w.write(&batch)?;

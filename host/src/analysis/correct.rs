@@ -223,20 +223,20 @@ fn readings_per_bin(logger: &[Point], until: f64) -> f64 {
 
 impl Corrected {
     /// The planner ([`Deconvolved::readings_factor`]): the executions a profiling run
-    /// like this one needs for the mean power over every stretch of [`PLAN_CELLS`] cells
-    /// of the correction (its shortest phase) to be within `rel_err`, together with
-    /// probability `confidence`; `None` where it cannot tell.
-    pub fn planned_executions(&self, rel_err: f64, confidence: f64) -> Option<u64> {
-        let factor = self.d.readings_factor(rel_err, confidence, PLAN_CELLS)?;
+    /// like this one needs for the level of every phase as short as `plan`'s within its
+    /// relative error, together with its confidence; `None` where it cannot tell.
+    pub fn planned_executions(&self, plan: &PlanFor) -> Option<u64> {
+        let factor =
+            (self.d).readings_factor(plan.rel_err, plan.confidence, plan.cells(self.d.dt_s))?;
         Some((factor * self.analysis.executions.len() as f64).ceil() as u64)
     }
 
     /// The plan as a sentence for the user.
-    pub fn plan(&self, rel_err: f64, confidence: f64) -> Option<String> {
-        let need = self.planned_executions(rel_err, confidence)?;
+    pub fn plan(&self, plan: &PlanFor) -> Option<String> {
+        let need = self.planned_executions(plan)?;
         let have = self.analysis.executions.len();
-        let phase_us = PLAN_CELLS as f64 * self.d.dt_s * 1e6;
-        let (pct, conf) = (rel_err * 100.0, confidence * 100.0);
+        let phase_us = plan.cells(self.d.dt_s) as f64 * self.d.dt_s * 1e6;
+        let (pct, conf) = (plan.rel_err * 100.0, plan.confidence * 100.0);
         Some(if need <= have as u64 {
             format!(
                 "the readings hold every {phase_us:.0} µs phase within {pct} % at {conf:.0} % \
@@ -309,18 +309,45 @@ fn reference_lag(rig: &[Point], duration: f64, spread: f64) -> Option<f64> {
         .then_some(lag)
 }
 
-/// The relative error and confidence `railtrace correct` plans for.
-pub const PLAN_ERROR: f64 = 0.05;
-/// See [`PLAN_ERROR`].
-pub const PLAN_CONFIDENCE: f64 = 0.95;
+/// What the correction's planner plans for: every phase at least `phase_s` long (3 bins
+/// when not given: the shortest phase with a bin that no step shares) within `rel_err`
+/// of its power, all of them together with probability `confidence`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PlanFor {
+    /// Relative error (0.05: 5 %).
+    pub rel_err: f64,
+    /// Probability that every phase holds it.
+    pub confidence: f64,
+    /// The shortest phase, s.
+    pub phase_s: Option<f64>,
+}
 
-/// The shortest phase the planner plans for, in cells: the shortest with a cell that
-/// no step shares.
-pub const PLAN_CELLS: usize = 3;
+impl Default for PlanFor {
+    fn default() -> Self {
+        PlanFor {
+            rel_err: 0.05,
+            confidence: 0.95,
+            phase_s: None,
+        }
+    }
+}
+
+impl PlanFor {
+    /// The shortest phase in bins of `dt` s (at least 1).
+    fn cells(&self, dt: f64) -> usize {
+        self.phase_s
+            .map_or(3, |p| (p / dt).round().max(1.0) as usize)
+    }
+}
 
 /// The figures of a correction, as `railtrace correct --json` prints them and the
 /// corrected file's metadata holds them.
-pub fn figures(c: &Corrected, model: &LoggerModel, model_path: &Path) -> serde_json::Value {
+pub fn figures(
+    c: &Corrected,
+    model: &LoggerModel,
+    model_path: &Path,
+    plan: &PlanFor,
+) -> serde_json::Value {
     let (a, d) = (&c.analysis, &c.d);
     serde_json::json!({
         "duration_s": c.duration_s,
@@ -338,7 +365,8 @@ pub fn figures(c: &Corrected, model: &LoggerModel, model_path: &Path) -> serde_j
         "bin_s": d.dt_s,
         "requested_bin_s": c.requested_bin_s,
         "readings_per_bin": c.readings_per_bin,
-        "planned_executions": c.planned_executions(PLAN_ERROR, PLAN_CONFIDENCE),
+        "planned_executions": c.planned_executions(plan),
+        "plan": c.plan(plan),
         "logger_model": model_path.display().to_string(),
         "family": model.family,
     })

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use railtrace::analysis::correct::{correct, figures, write, PLAN_CONFIDENCE, PLAN_ERROR};
+use railtrace::analysis::correct::{correct, figures, write, PlanFor};
 use railtrace::analysis::logger_model::LoggerModel;
 use railtrace::store::recording::rig_path;
 
@@ -29,6 +29,13 @@ pub struct Args {
     /// hold fewer than 3 of the logger's readings each, too few to tell their scatter.
     #[arg(value_parser = super::bin_us, long, default_value_t = 10.0)]
     bin_us: f64,
+    /// The shortest phase the planner plans for, µs (3 bins when not given): it says how
+    /// many runs would hold every phase that long within --plan-error at 95 %.
+    #[arg(value_parser = super::bin_us, long)]
+    phase_us: Option<f64>,
+    /// The relative error the planner plans for (0.05: 5 %).
+    #[arg(value_parser = super::rel_err, long, default_value_t = 0.05)]
+    plan_error: f64,
     /// Print the figures as JSON.
     #[arg(long)]
     json: bool,
@@ -56,10 +63,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(why) = c.widened() {
         eprintln!("railtrace correct: {why}");
     }
-    if let Some(plan) = c.plan(PLAN_ERROR, PLAN_CONFIDENCE) {
+    let plan = PlanFor {
+        rel_err: args.plan_error,
+        phase_s: args.phase_us.map(|p| p * 1e-6),
+        ..PlanFor::default()
+    };
+    if let Some(plan) = c.plan(&plan) {
         eprintln!("railtrace correct: {plan}");
     }
-    let figures = figures(&c, &model, &args.logger);
+    let figures = figures(&c, &model, &args.logger, &plan);
     let (a, d, idle) = (&c.analysis, &c.d, c.idle_w);
     write(&c, &figures, &args.output)?;
     if args.json {

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use railtrace::analysis::correct::PLAN_CONFIDENCE;
+use railtrace::analysis::correct::PlanFor;
 use railtrace::demo::{Request, Stage, Tolerances};
 
 use super::{calibrate, profile};
@@ -52,6 +52,11 @@ pub struct Args {
     /// The check on each corrected phase's power, relative (0.05: within 5 %).
     #[arg(long, default_value_t = 0.05)]
     phase_tolerance: f64,
+    /// The shortest phase the correction's planner plans for, µs (3 bins when not given):
+    /// it says how many runs would hold every phase that long within --phase-tolerance
+    /// at 95 %.
+    #[arg(value_parser = super::bin_us, long)]
+    phase_us: Option<f64>,
     /// The check on each corrected step's time, µs.
     #[arg(long, default_value_t = 20.0)]
     step_tolerance_us: f64,
@@ -71,7 +76,11 @@ pub struct Args {
 
 /// Runs `railtrace demo`.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let phase_tolerance = args.phase_tolerance;
+    let plan = PlanFor {
+        rel_err: args.phase_tolerance,
+        phase_s: args.phase_us.map(|p| p * 1e-6),
+        ..PlanFor::default()
+    };
     let req = Request {
         out: args.out,
         scenario: args.scenario,
@@ -87,6 +96,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             step_s: args.step_tolerance_us * 1e-6,
             rms_ratio: args.rms_ratio,
         },
+        plan,
         seed: args.seed,
     };
     let bar = indicatif::ProgressBar::new(req.runs as u64);
@@ -119,7 +129,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             if let Some(why) = c.widened() {
                 eprintln!("railtrace correct: {why}");
             }
-            if let Some(plan) = c.plan(phase_tolerance, PLAN_CONFIDENCE) {
+            if let Some(plan) = c.plan(&plan) {
                 eprintln!("railtrace correct: {plan}");
             }
         }

@@ -81,6 +81,15 @@ pub fn bin_us(text: &str) -> Result<f64, String> {
     within(text, 0.01, 1e6)
 }
 
+/// A relative error: above 0, at most 1.
+pub fn rel_err(text: &str) -> Result<f64, String> {
+    within(text, 0.0, 1.0).and_then(|v| {
+        (v > 0.0)
+            .then_some(v)
+            .ok_or_else(|| format!("`{text}`: must be above 0"))
+    })
+}
+
 /// An instant on a recording's timeline, s (finite; a recording is at most years long).
 pub fn instant_s(text: &str) -> Result<f64, String> {
     within(text, -1e9, 1e9)
@@ -118,6 +127,10 @@ mod tests {
         }
         assert_eq!(utc_offset_h("-1"), Ok(-1.0));
         assert!(period_ms("1e-9").is_err());
+        for bad in ["0", "-0.05", "1.5", "nan", "x"] {
+            assert!(rel_err(bad).is_err(), "{bad}");
+        }
+        assert_eq!(rel_err("0.05"), Ok(0.05));
         assert_eq!(period_ms("1"), Ok(1.0));
     }
 }

@@ -45,6 +45,8 @@ pub struct Request {
     pub period_ms: Option<f64>,
     /// The checks' tolerances.
     pub tolerances: Tolerances,
+    /// What the correction's planner plans for.
+    pub plan: correct::PlanFor,
     /// Seed of the runner's random delays.
     pub seed: u64,
 }
@@ -467,8 +469,8 @@ fn figures(
         "requested_bin_s": c.requested_bin_s,
         "readings_per_bin": c.readings_per_bin,
         "widened": c.widened(),
-        "planned_executions": c.planned_executions(req.tolerances.phase, correct::PLAN_CONFIDENCE),
-        "plan": c.plan(req.tolerances.phase, correct::PLAN_CONFIDENCE),
+        "planned_executions": c.planned_executions(&req.plan),
+        "plan": c.plan(&req.plan),
         "logger": cal.model,
         "idle_w": c.idle_w,
         "reference_lag_s": c.reference_lag_s,
