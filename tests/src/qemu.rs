@@ -23,10 +23,13 @@ pub fn available() -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// Builds the image for QEMU (release, feature `qemu`) and returns the ELF.
+/// Builds the image for QEMU (release, feature `qemu`) and returns the ELF. It builds
+/// into `$RAILTRACE_BOARD_TARGET_DIR` where that is set (CI keeps it between runs), else
+/// into the board workspace's own `target/`.
 pub fn build_image() -> std::io::Result<PathBuf> {
     let dir = board_dir();
-    let target = dir.join("target");
+    let target = std::env::var_os("RAILTRACE_BOARD_TARGET_DIR")
+        .map_or_else(|| dir.join("target"), PathBuf::from);
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args(["build", "--release", "--locked", "--features", "qemu"])
         .current_dir(&dir)
