@@ -115,6 +115,7 @@ fn main() {
         duration: None,
         reconnect_wait: std::time::Duration::ZERO,
         replace: true,
+        allow_drops: false,
         tap: None,
     };
     let t = Instant::now();

@@ -8,27 +8,17 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use railtrace::link::capture::{capture, Config, Counters, Summary};
+use railtrace::link::capture::{capture, link_carries, Config, Counters, RigFile, Summary};
 use railtrace::store::recording::{self, Kind, Recording, Rows};
 
 mod common;
+use common::twin_with_faults as twin;
 use common::TempDir;
 
 /// The twin runs in real time on two threads: one test at a time.
 fn one_at_a_time() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// The default scenario with these `[faults]`.
-fn twin(faults: &str) -> railtrace_twin::Twin {
-    let text = railtrace_twin::scenario::DEFAULT_SCENARIO
-        .replace("[faults]\n", &format!("[faults]\n{faults}\n"));
-    let loaded = railtrace_twin::scenario::parse("faults.toml", &text, |_| {
-        Ok(("rig".into(), railtrace_twin::scenario::DEFAULT_RIG.into()))
-    })
-    .expect("a valid scenario");
-    railtrace_twin::Twin::start(&loaded).unwrap()
 }
 
 /// A capture at 100 kS/s (the figures below are argued at that rate; the fast rig's top
@@ -45,6 +35,7 @@ fn config(port: &Path, output: PathBuf, seconds: f64) -> Config {
         duration: Some(Duration::from_secs_f64(seconds)),
         reconnect_wait: Duration::from_secs(10),
         replace: true,
+        allow_drops: false,
         tap: None,
     }
 }
@@ -157,7 +148,38 @@ fn a_rig_asked_for_more_than_its_link_carries_counts_every_lost_block() {
         let out = dir.join("slow.arrow");
         let mut c = config(twin.path(), out.clone(), 60.0);
         c.rate_hz = Some(50_000);
+        // With the rig's description, the rate is refused before the device starts,
+        // naming the highest rate the link carries; nothing is written.
+        c.rig = Some(RigFile::read(&rigs.join(file)).unwrap());
+        let (_, highest) = link_carries(c.rig.as_ref().unwrap(), 8);
+        let highest = highest.unwrap();
+        let refused = capture(
+            &c,
+            &AtomicBool::new(false),
+            &Arc::new(Counters::default()),
+            |_| {},
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            refused.contains(&format!(
+                "the highest rate it carries without loss is {highest} Hz"
+            )) && refused.contains("--allow-drops"),
+            "{file}: {refused}"
+        );
+        assert!(
+            !out.exists(),
+            "{file}: a refused capture left {}",
+            out.display()
+        );
+        // Allowed, it runs, and its summary names the link as the cause of the drops.
+        c.allow_drops = true;
         let (summary, _) = run(&c);
+        let cause = summary.drops_cause.clone().unwrap_or_default();
+        assert!(
+            cause.contains("link carries") && cause.contains(&format!("{highest} Hz")),
+            "{file}: {cause}"
+        );
         let ticks = twin
             .stats()
             .ticks
@@ -658,7 +680,7 @@ fn captured_watts_are_the_twins_true_watts_within_its_sensor_errors() {
     let out = dir.join("truth.arrow");
     let mut c = config(twin.path(), out.clone(), 2.0);
     let rig = Path::new(env!("CARGO_MANIFEST_DIR")).join("../hardware/rigs/pcie-2x8pin-hs.toml");
-    c.rig = Some(railtrace::link::capture::RigFile::read(&rig).unwrap());
+    c.rig = Some(RigFile::read(&rig).unwrap());
     run(&c);
     twin.stop().unwrap();
     // The truth: every rail's true current and voltage at every conversion, by device tick.

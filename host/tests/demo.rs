@@ -201,15 +201,16 @@ fn a_partial_window_logger_with_a_5ms_kernel() {
 /// 200 kS/s and corrected on 5 µs bins, at the run count the correction's planner asks
 /// for: a pilot of 1 000 runs plans, and a run planned so plans again, until a run holds
 /// what its own plan asks (twice at most). Then each phase within 5 %, each step within
-/// 5 µs (a bin), the energy within 2 %. In a release build, two to four minutes (10 000 to
-/// 25 000 executions 1.5-3 ms apart, on the twin in real time):
+/// 5 µs (a bin), the energy within 2 %. A pilot whose correction is flat (no step placed)
+/// gives no plan and is drawn again (three pilots at most). In a release build, two to
+/// four minutes (10 000 to 25 000 executions 1.5-3 ms apart, on the twin in real time):
 /// `cargo test --release -p railtrace --test demo -- --ignored a_50us`.
 #[test]
 #[ignore]
 fn a_50us_kernel_of_15us_phases_at_the_planners_run_count() {
     let scenario =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../hardware/scenarios/short-kernel.toml");
-    let run = |runs: u64| {
+    let run = |runs: u64, seed: u64| {
         let dir = TempDir::new("demo-short");
         let o = Command::new(env!("CARGO_BIN_EXE_railtrace"))
             .args([
@@ -224,6 +225,8 @@ fn a_50us_kernel_of_15us_phases_at_the_planners_run_count() {
             .arg(&scenario)
             .arg("--runs")
             .arg(runs.to_string())
+            .arg("--seed")
+            .arg(seed.to_string())
             .arg("--out")
             .arg(&dir.0)
             .output()
@@ -231,12 +234,22 @@ fn a_50us_kernel_of_15us_phases_at_the_planners_run_count() {
         eprintln!("{}", String::from_utf8_lossy(&o.stderr));
         // A run's checks may fail (its readings too few): its plan is what counts.
         let f: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-        let planned = f["planned_executions"].as_u64().expect("a plan");
+        let planned = f["planned_executions"].as_u64();
         (f, planned)
     };
-    let (mut runs, mut plans) = (1000, Vec::new());
+    // A pilot whose correction came out flat (too few readings to place any step) has no
+    // covariance to plan from: another pilot is drawn, three at most.
+    let (mut runs, mut plans, mut seed) = (1000, Vec::new(), 1);
     let f = loop {
-        let (f, planned) = run(runs);
+        let (f, planned) = run(runs, seed);
+        let Some(planned) = planned else {
+            assert!(
+                plans.is_empty() && seed < 3,
+                "no plan from {runs} runs (seed {seed}) after {plans:?}"
+            );
+            seed += 1;
+            continue;
+        };
         plans.push((runs, planned));
         if planned <= runs || plans.len() == 3 {
             break f;

@@ -21,6 +21,7 @@ fn replay(target: &str, check: fn(&[u8])) {
 #[test]
 fn recording_regressions_pass() {
     replay("recording", check_recording);
+    replay("recording", check_flips);
 }
 
 #[test]

@@ -107,6 +107,57 @@ fn absurd_times_are_refused_naming_the_option() {
     assert!(!out.exists());
 }
 
+/// A count no machine can hold (it would wrap, or allocate gigabytes, or run for ever) is
+/// refused naming the option and its bound, before anything runs.
+#[test]
+fn counts_past_what_a_run_can_hold_are_refused_with_the_bound() {
+    let out = std::env::temp_dir().join("railtrace-options-counts.arrow");
+    let o = out.to_str().unwrap();
+    for (args, option, bound) in [
+        (
+            vec!["profile", "-o", o, "--warmup", "4294967295"],
+            "--warmup",
+            "10000",
+        ),
+        (
+            vec!["profile", "-o", o, "--count", "4294967295"],
+            "--count",
+            "10000",
+        ),
+        (vec!["profile", "-o", o, "--count", "0"], "--count", "1"),
+        (
+            vec!["profile", "-o", o, "--runs", "18446744073709551615"],
+            "--runs",
+            "1000000",
+        ),
+        (
+            vec!["compare", "x.arrow", "--bootstrap", "4294967295"],
+            "--bootstrap",
+            "10000",
+        ),
+        (
+            vec!["compare", "x.arrow", "--bootstrap", "2305843009213693952"],
+            "--bootstrap",
+            "10000",
+        ),
+        (vec!["demo", "--runs", "0"], "--runs", "1"),
+    ] {
+        let o = railtrace(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(option) && err.contains(bound),
+            "{args:?}: {err}"
+        );
+    }
+    // Each within its bound, but together more executions than a run holds in memory.
+    let o = railtrace(&["profile", "-o", o, "--runs", "1000000", "--count", "10000"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("at most 50 000 000"), "{err}");
+    assert!(!out.exists());
+}
+
 #[test]
 fn times_take_units() {
     // A unit is read: 500ms is half a second, not refused; the capture then fails on its

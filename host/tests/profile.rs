@@ -58,6 +58,7 @@ fn run_trains(
         duration: None,
         reconnect_wait: Duration::from_secs(5),
         replace: true,
+        allow_drops: false,
         tap: None,
     };
     let stop = Arc::new(AtomicBool::new(false));

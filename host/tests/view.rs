@@ -34,10 +34,15 @@ fn view(dir: &TempDir, args: &[&str]) -> (Child, SocketAddr) {
 
 /// GET `path` with `host` as the Host header: (status, body).
 fn get(addr: SocketAddr, path: &str, host: &str) -> (u16, String) {
+    get_from(addr, path, host, "")
+}
+
+/// GET `path` with `host` as the Host header and `more` headers (each ending in CRLF).
+fn get_from(addr: SocketAddr, path: &str, host: &str, more: &str) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\n{more}Connection: close\r\n\r\n"
     )
     .unwrap();
     let mut text = String::new();
@@ -75,6 +80,18 @@ fn a_live_view_records_and_its_recording_browses() {
     let (status, body) = get(addr, "/", &format!("attacker.example:{}", addr.port()));
     assert_eq!(status, 403, "{body}");
     assert!(body.contains("--listen"), "{body}");
+    // A page of another site open in the browser, opening the websocket: refused; the
+    // view's own page may.
+    let upgrade = "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n";
+    let (status, body) = get_from(
+        addr,
+        "/ws",
+        &local,
+        &format!("Origin: http://attacker.example\r\n{upgrade}"),
+    );
+    assert_eq!(status, 403, "{body}");
+    let (status, _) = get_from(addr, "/", &local, &format!("Origin: http://{local}\r\n"));
+    assert_eq!(status, 200);
     // Not reachable from another machine: nothing listens on the other addresses.
     if let Some(ip) = outward_ip() {
         assert!(

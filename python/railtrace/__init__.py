@@ -12,7 +12,11 @@
   :func:`correct` (a stitched logger profile with the logger's response undone).
 
 Everything is done by the railtrace library itself (Rust), not by its command line;
-errors are :class:`Error` with the command line's one-line message.
+errors are :class:`Error` with the command line's one-line message, and where Python has
+a class for them, of that class too: a missing file is a ``FileNotFoundError``
+(:class:`MissingFile`), a value that cannot be meant a ``ValueError``
+(:class:`InvalidArgument`), a rig that stopped, went away or does not answer an
+``OSError`` (:class:`DeviceError`).
 """
 
 from __future__ import annotations
@@ -31,7 +35,19 @@ import pyarrow.ipc
 from . import _railtrace
 from ._railtrace import Error
 
-__all__ = ["Error", "Recording", "open", "Rig", "Window", "Twin", "twin", "profile_twin",
+
+class MissingFile(Error, FileNotFoundError):
+    """A file that is not there (a recording, a rig description, a logger model)."""
+
+
+class InvalidArgument(Error, ValueError):
+    """A value given that cannot be meant (a logger's name, a trigger line, a time)."""
+
+
+class DeviceError(Error, OSError):
+    """The rig (or the twin) stopped, went away, or does not answer on its port."""
+
+__all__ = ["Error", "MissingFile", "InvalidArgument", "DeviceError", "IncompleteWindow", "Recording", "open", "Rig", "Window", "Twin", "twin", "profile_twin",
            "LoggerModel", "calibrate", "Correction", "correct"]
 
 
@@ -94,12 +110,28 @@ def open(path: str | os.PathLike) -> Recording:  # noqa: A001 (as the library na
     return Recording(path)
 
 
+class IncompleteWindow(Error):
+    """A window whose samples cover less of it than asked (``Rig.window(...,
+    on_gap="raise")``); its figures are in ``window``."""
+
+    def __init__(self, message: str, window: "Window"):
+        super().__init__(message)
+        self.window = window
+
+
 @dataclass
 class Window:
     """An energy window on a :class:`Rig`: its figures are filled in when it closes.
 
     ``energy_j`` is the rig's: every sample's total power in the window times the sample
-    period. Where the rig reads a GPU logger (``Rig(..., logger=...)``),
+    period. Where samples are missing (lost on the link, dropped on the device, a
+    disconnection: the recording's gap rows), ``samples`` is what arrived,
+    ``samples_expected`` what the window spans, ``missing_s`` its time without samples,
+    ``coverage`` the part covered and ``gaps`` the gap rows it overlaps; ``mean_w`` is the
+    mean of the samples there are (missing time is never divided into it), and
+    ``energy_j`` is their energy with the missing time at that mean, or NaN where
+    ``coverage`` is below ``min_coverage`` (``on_gap="raise"``: :class:`IncompleteWindow`
+    is raised instead). Where the rig reads a GPU logger (``Rig(..., logger=...)``),
     ``logger_energy_j`` is that logger's over the same span, each reading's power held
     from its time until the next reading (what a user of the logger alone computes),
     ``logger_mean_w`` its mean and ``logger_readings`` its readings in the window; all
@@ -115,20 +147,42 @@ class Window:
     energy_j: float = float("nan")
     mean_w: float = float("nan")
     samples: int = 0
+    samples_expected: int = 0
+    missing_s: float = float("nan")
+    coverage: float = float("nan")
+    gaps: int = 0
     logger_energy_j: Optional[float] = None
     logger_mean_w: Optional[float] = None
     logger_readings: Optional[int] = None
+    min_coverage: float = 0.999
+    on_gap: str = "nan"
     _id: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.min_coverage <= 1.0:
+            raise InvalidArgument(f"min_coverage {self.min_coverage!r}: a part of the window, 0 to 1")
+        if self.on_gap not in ("nan", "raise"):
+            raise InvalidArgument(f"on_gap {self.on_gap!r}: 'nan' or 'raise'")
 
     def __enter__(self) -> "Window":
         self._id = self.rig._meter().open(self.name)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        figures = json.loads(self.rig._meter().close(self._id))
+        figures = json.loads(self.rig._meter().close(self._id, min_coverage=self.min_coverage))
         for k in ("start_s", "end_s", "duration_s", "energy_j", "mean_w", "samples",
+                  "samples_expected", "missing_s", "coverage", "gaps",
                   "logger_energy_j", "logger_mean_w", "logger_readings"):
             setattr(self, k, figures[k])
+        # JSON has no NaN: a figure that is NaN (no energy below the coverage asked) is null.
+        for k in ("energy_j", "mean_w", "coverage", "missing_s"):
+            if getattr(self, k) is None:
+                setattr(self, k, float("nan"))
+        if self.on_gap == "raise" and self.coverage < self.min_coverage and exc[0] is None:
+            raise IncompleteWindow(
+                f"window {self.name!r}: its samples cover {100 * self.coverage:.3f} % of it "
+                f"({self.samples} of {self.samples_expected}, {self.gaps} gaps), less than "
+                f"the {100 * self.min_coverage:.3f} % asked", self)
 
 
 class Rig:
@@ -145,7 +199,9 @@ class Rig:
 
     ``rate`` is the sample rate (Hz; the rig's highest when not given), ``rig`` the rig's
     description (``hardware/rigs/*.toml``: rail and trigger names), ``force`` replaces
-    an existing ``output``. ``logger`` reads the GPU's own power logger beside the rig,
+    an existing ``output``. With ``rig``, a ``rate`` more than the rig's link carries for
+    its channels is refused (naming the highest it carries) unless ``allow_drops``: the
+    device then drops whole blocks, each a gap row. ``logger`` reads the GPU's own power logger beside the rig,
     every 10 ms: a :class:`Twin` (the twin GPU's logger) or a name, ``"nvml"`` (NVIDIA;
     the package built with its ``nvml`` feature: ``MATURIN_PEP517_ARGS="--features
     nvml" pip install ./python``), ``"hwmon"`` or ``"gpu-metrics"`` (AMD,
@@ -155,7 +211,8 @@ class Rig:
 
     def __init__(self, port: str | os.PathLike, output: str | os.PathLike | None = None,
                  rate: Optional[int] = None, rig: str | os.PathLike | None = None,
-                 force: bool = False, logger: "str | Twin | None" = None):
+                 force: bool = False, logger: "str | Twin | None" = None,
+                 allow_drops: bool = False):
         self.port = os.fspath(port)
         self._temporary = output is None
         if output is None:
@@ -166,7 +223,7 @@ class Rig:
         if isinstance(logger, Twin):
             logger = logger._t
         self._args = dict(rate=rate, rig=os.fspath(rig) if rig else None, force=force,
-                          logger=logger)
+                          logger=logger, allow_drops=allow_drops)
         self._m = None
         #: The capture's summary once closed.
         self.summary: Optional[dict] = None
@@ -223,9 +280,11 @@ class Rig:
         w = np.frombuffer(w, dtype="<f4").reshape(len(t), -1) if len(t) else np.zeros((0, len(self.rails)), "<f4")
         return t, w
 
-    def window(self, name: str) -> Window:
-        """An energy window over the ``with`` block it opens."""
-        return Window(name, self)
+    def window(self, name: str, min_coverage: float = 0.999, on_gap: str = "nan") -> Window:
+        """An energy window over the ``with`` block it opens. Where its samples cover less
+        than ``min_coverage`` of it (0 to 1), its energy is NaN, or with ``on_gap="raise"``
+        closing it raises :class:`IncompleteWindow`."""
+        return Window(name, self, min_coverage=min_coverage, on_gap=on_gap)
 
     def now_s(self) -> float:
         """Now, on the recording's timeline (s)."""

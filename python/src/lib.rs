@@ -23,12 +23,66 @@ create_exception!(
     "What railtrace could not do, in one line (as the command line says it)."
 );
 
-fn err(e: impl std::fmt::Display) -> PyErr {
-    Error::new_err(e.to_string())
+fn err(e: impl Into<anyhow::Error>) -> PyErr {
+    anyhow_err(e.into())
 }
 
+/// A Python error for `e`, with its one-line message, of the class a Python user
+/// catches it as (all of them `railtrace.Error`): a missing file `FileNotFoundError`, a
+/// rig that stopped, went away or does not answer `railtrace.DeviceError` (an
+/// `OSError`), anything else `railtrace.Error`.
 fn anyhow_err(e: anyhow::Error) -> PyErr {
-    Error::new_err(format!("{e:#}"))
+    use railtrace::link::capture::CaptureError;
+    use railtrace::link::meter::MeterError;
+    let message = format!("{e:#}");
+    let not_found = |io: &std::io::Error| io.kind() == std::io::ErrorKind::NotFound;
+    let missing = e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>().is_some_and(not_found)
+            || matches!(
+                c.downcast_ref::<recording::RecordingError>(),
+                Some(recording::RecordingError::Io { error, .. }) if not_found(error)
+            )
+    });
+    let device = e.chain().any(|c| {
+        matches!(
+            c.downcast_ref::<MeterError>(),
+            Some(
+                MeterError::Stopped(_)
+                    | MeterError::Capture(CaptureError::Transport(_) | CaptureError::Gone { .. })
+            )
+        ) || matches!(
+            c.downcast_ref::<CaptureError>(),
+            Some(CaptureError::Transport(_) | CaptureError::Gone { .. })
+        )
+    });
+    let class = if missing {
+        "MissingFile"
+    } else if device {
+        "DeviceError"
+    } else {
+        return Error::new_err(message);
+    };
+    raise(class, message)
+}
+
+/// An error of the package's class `class` (see `railtrace/__init__.py`), or
+/// `railtrace.Error` where the package is not there to give it.
+fn raise(class: &str, message: String) -> PyErr {
+    Python::attach(|py| {
+        let made = (py.import("railtrace"))
+            .and_then(|m| m.getattr(class))
+            .and_then(|c| c.call1((message.clone(),)));
+        match made {
+            Ok(e) => PyErr::from_value(e),
+            Err(_) => Error::new_err(message),
+        }
+    })
+}
+
+/// A value the caller gave that cannot be meant: `railtrace.InvalidArgument`, a
+/// `ValueError`.
+fn invalid(message: impl Into<String>) -> PyErr {
+    raise("InvalidArgument", message.into())
 }
 
 /// The rows of the recording at `path` as an Arrow IPC stream (block rows expanded to one
@@ -183,7 +237,7 @@ fn open_logger(logger: &Bound<'_, PyAny>) -> PyResult<Box<dyn railtrace::gpu::Po
                 "logger \"nvml\": this railtrace package was built without NVML (build it with MATURIN_PEP517_ARGS=\"--features nvml\" pip install ./python)",
             ))
         }
-        other => return Err(Error::new_err(format!("logger {other:?}: {what}"))),
+        other => return Err(invalid(format!("logger {other:?}: {what}"))),
     }
     railtrace::gpu::open_logger(&name, None, 0).map_err(anyhow_err)
 }
@@ -197,7 +251,7 @@ struct Meter {
 #[pymethods]
 impl Meter {
     #[new]
-    #[pyo3(signature = (port, output, rate=None, rig=None, force=false, wait_s=10.0, logger=None))]
+    #[pyo3(signature = (port, output, rate=None, rig=None, force=false, wait_s=10.0, logger=None, allow_drops=false))]
     #[allow(clippy::too_many_arguments)] // Python's keyword arguments
     fn new(
         py: Python<'_>,
@@ -208,6 +262,7 @@ impl Meter {
         force: bool,
         wait_s: f64,
         logger: Option<&Bound<'_, PyAny>>,
+        allow_drops: bool,
     ) -> PyResult<Meter> {
         let rig = rig
             .as_deref()
@@ -220,6 +275,7 @@ impl Meter {
             rate_hz: rate,
             reconnect_wait: Duration::from_secs(60),
             replace: force,
+            allow_drops,
             ..Config::new(port, output)
         };
         let wait = Duration::from_secs_f64(wait_s);
@@ -247,7 +303,7 @@ impl Meter {
         wait_s: f64,
     ) -> PyResult<()> {
         let line = u8::try_from(line)
-            .map_err(|_| Error::new_err(format!("the rig has no trigger output {line}")))?;
+            .map_err(|_| invalid(format!("the rig has no trigger output {line}")))?;
         let meter = &self.meter;
         py.detach(|| meter.drive(line, high, pulse_s, Duration::from_secs_f64(wait_s)))
             .map_err(err)
@@ -282,12 +338,19 @@ impl Meter {
         self.meter.open(name)
     }
 
-    /// Closes window `id`, waiting up to `wait_s` for its samples; its figures as JSON.
-    #[pyo3(signature = (id, wait_s=5.0))]
-    fn close(&mut self, py: Python<'_>, id: usize, wait_s: f64) -> PyResult<String> {
+    /// Closes window `id`, waiting up to `wait_s` for its samples; its figures as JSON
+    /// (its energy NaN where its samples cover less than `min_coverage` of it).
+    #[pyo3(signature = (id, wait_s=5.0, min_coverage=railtrace::link::meter::DEFAULT_MIN_COVERAGE))]
+    fn close(
+        &mut self,
+        py: Python<'_>,
+        id: usize,
+        wait_s: f64,
+        min_coverage: f64,
+    ) -> PyResult<String> {
         let meter = &mut self.meter;
         let w = py
-            .detach(|| meter.close(id, Duration::from_secs_f64(wait_s)))
+            .detach(|| meter.close(id, Duration::from_secs_f64(wait_s), min_coverage))
             .map_err(err)?;
         serde_json::to_string(&w).map_err(err)
     }
@@ -329,7 +392,7 @@ fn profile_twin(
     use railtrace::store::recording::rig_path;
     let (lo, hi) = delay_ms;
     if !(lo >= 0.0 && hi >= lo) {
-        return Err(Error::new_err(format!(
+        return Err(invalid(format!(
             "delay_ms ({lo}, {hi}): need 0 <= min <= max"
         )));
     }
@@ -356,6 +419,7 @@ fn profile_twin(
         bin_s: bin_us * 1e-6,
         scenario,
         rig,
+        allow_drops: false,
         rig_rise_s: None,
         target_error: None,
     };
@@ -385,7 +449,7 @@ fn calibrate(
     family: Option<String>,
 ) -> PyResult<(String, String, f64, usize)> {
     use railtrace::analysis::calibrate::{Family, Request};
-    let column = column.parse().map_err(err)?;
+    let column = column.parse().map_err(invalid)?;
     let family = family
         .map(|f| {
             Family::ALL
@@ -393,7 +457,7 @@ fn calibrate(
                 .find(|x| x.name() == f)
                 .ok_or_else(|| {
                     let names: Vec<&str> = Family::ALL.iter().map(|f| f.name()).collect();
-                    err(format!(
+                    invalid(format!(
                         "{f:?} is not a logger family; one of {}",
                         names.join(", ")
                     ))
@@ -440,9 +504,7 @@ fn model_through<'py>(
         .map(|b| f64::from_le_bytes(b.try_into().unwrap_or_default()))
         .collect();
     if !(dt_s > 0.0 && dt_s.is_finite()) {
-        return Err(Error::new_err(format!(
-            "dt_s {dt_s}: must be a time step > 0"
-        )));
+        return Err(invalid(format!("dt_s {dt_s}: must be a time step > 0")));
     }
     let r = m.through(&p, dt_s, idle_w).map_err(anyhow_err)?;
     let bytes: Vec<u8> = r.iter().flat_map(|v| v.to_le_bytes()).collect();

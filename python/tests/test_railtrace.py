@@ -250,3 +250,47 @@ def test_stage_errors_say_what_was_wrong(profiled, tmp_path):
         railtrace.calibrate(out, family="trapezoid")
     with pytest.raises(railtrace.Error, match="not a logger column"):
         railtrace.calibrate(out, column="watts")
+
+
+def _outage_scenario(tmp_path):
+    """The built-in bench whose link goes away 1.0 s into the run for 0.5 s."""
+    scenarios = Path(__file__).resolve().parents[2] / "hardware" / "scenarios"
+    text = (scenarios / "default.toml").read_text()
+    text = text.replace("[faults]\n", "[faults]\ndisconnect_after_s = 1.0\ndisconnected_s = 0.5\n")
+    text = text.replace('rig = "../rigs/', f'rig = "{scenarios.parent}/rigs/')
+    path = tmp_path / "outage.toml"
+    path.write_text(text)
+    return path
+
+
+def test_a_window_across_a_gap_counts_what_it_lacks_and_raises_when_asked(tmp_path):
+    with railtrace.twin(_outage_scenario(tmp_path)) as t:
+        with railtrace.Rig(t.port, rate=100_000) as rig:
+            time.sleep(0.5)
+            with pytest.raises(railtrace.IncompleteWindow) as raised:
+                with rig.window("strict", on_gap="raise"):
+                    with rig.window("lenient", min_coverage=0.0) as lenient:
+                        time.sleep(1.5)
+    strict = raised.value.window
+    for w in (strict, lenient):
+        assert w.gaps == 1
+        assert 0.4 < w.missing_s < 0.7  # the outage's half second of the device's samples
+        assert abs(w.samples_expected - w.duration_s * 1e5) <= 3
+        assert w.samples < w.samples_expected
+    assert np.isnan(strict.energy_j)
+    # The mean is over the time the samples cover; the energy fills the rest at that mean.
+    assert 140 < lenient.mean_w < 620
+    assert abs(lenient.energy_j - lenient.mean_w * lenient.duration_s) < 1e-3 * lenient.energy_j
+    with pytest.raises(ValueError):
+        railtrace.Window("w", None, min_coverage=2.0)
+
+
+def test_errors_are_of_the_class_python_users_catch(tmp_path):
+    with pytest.raises(FileNotFoundError) as missing:
+        railtrace.open(tmp_path / "no-such.arrow")
+    assert isinstance(missing.value, railtrace.Error) and "no-such.arrow" in str(missing.value)
+    with pytest.raises(ValueError):
+        railtrace.Rig("/nonexistent", logger="no-such-logger").start()
+    with pytest.raises(OSError) as device:
+        railtrace.Rig(tmp_path / "no-such-port").start()
+    assert isinstance(device.value, railtrace.DeviceError)

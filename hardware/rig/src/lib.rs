@@ -97,6 +97,15 @@ pub enum LinkKind {
 }
 
 impl LinkKind {
+    /// The link's name, for people.
+    pub fn name(self) -> &'static str {
+        match self {
+            LinkKind::Uart => "UART",
+            LinkKind::UsbFullSpeed => "USB full-speed",
+            LinkKind::UsbHighSpeed => "USB high-speed",
+        }
+    }
+
     /// The most payload the link's signalling can carry, bytes/s, and the largest packet:
     /// a UART 8N1 moves a byte in 10 bit times; a USB bulk endpoint at most 19 packets of
     /// 64 bytes per 1 ms frame (full speed) or 13 of 512 bytes per 125 µs microframe (high
@@ -243,6 +252,19 @@ impl RigDescription {
                 return Err(RigError::NotPositive(format!(
                     "channel {} sensitivity",
                     c.index
+                )));
+            }
+            // What the ADC's range reads at full scale: a rail's current sensor 1 mA to
+            // 10 kA, a voltage divider 0.1 V to 1 kV (a GPU's rails: up to ~100 A, 12-54 V).
+            let full_scale = self.adc.range_v / c.sensitivity;
+            let (unit, lo, hi) = match c.measures {
+                Measures::Current => ("A", 1e-3, 1e4),
+                Measures::Voltage => ("V", 0.1, 1e3),
+            };
+            if !(lo..=hi).contains(&full_scale) {
+                return Err(RigError::Mismatch(format!(
+                    "channel {}: sensitivity = {:?} V/{unit} reads ±{full_scale:.3e} {unit} at the ADC's ±{} V: a rail's sensor reads {lo} to {hi} {unit} full scale",
+                    c.index, c.sensitivity, self.adc.range_v
                 )));
             }
             if !SENSOR_BANDWIDTH_HZ.contains(&c.bandwidth_hz) {
@@ -690,6 +712,16 @@ mod tests {
                 "latency_s = 1e-3",
                 "latency_s = -1.0",
                 "latency_s must be within",
+            ),
+            (
+                "sensitivity = 0.05",
+                "sensitivity = 1e-308",
+                "sensitivity = 1e-308 V/A reads",
+            ),
+            (
+                "sensitivity = 0.5",
+                "sensitivity = 1e6",
+                "a rail's sensor reads 0.1 to 1000 V full scale",
             ),
         ];
         for (from, to, words) in refused {

@@ -243,7 +243,7 @@ impl Mcu {
         F: FnMut() -> Segment + 'static,
         H: FnOnce() -> Result<Hardware<F>, TwinError> + Send + 'static,
     {
-        let dir = private_dir(&std::env::temp_dir(), random_u64)?;
+        let dir = private_temp_dir("railtrace-twin-")?;
         let path = dir.join("tty");
         let pty = Pty::open()?;
         link(pty.path(), &path)?;
@@ -385,17 +385,31 @@ impl Drop for Mcu {
     }
 }
 
-/// Makes the folder of the device's serial port under `parent`: a new directory named
-/// `railtrace-twin-` and 16 hex digits from `suffix`, that only this user may enter (mode
-/// 0700). It is always made anew: a name taken already (by a file, a directory, or a link
-/// someone planted to redirect the port) is passed over for the next draw.
+/// A new folder in the system's temporary folder (`$TMPDIR`) that only this user may
+/// enter, named `prefix` and 16 random hex digits: where the twin's serial port, or a
+/// live view's temporary recording, is made (see [`private_dir`]).
+pub fn private_temp_dir(prefix: &str) -> std::io::Result<PathBuf> {
+    let parent = std::env::temp_dir();
+    private_dir(&parent, prefix, random_u64).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!("cannot make a folder in {}: {e}", parent.display()),
+        )
+    })
+}
+
+/// Makes a folder under `parent`: a new directory named `prefix` and 16 hex digits from
+/// `suffix`, that only this user may enter (mode 0700). It is always made anew: a name
+/// taken already (by a file, a directory, or a link someone planted to redirect what is
+/// made there) is passed over for the next draw.
 fn private_dir(
     parent: &Path,
+    prefix: &str,
     mut suffix: impl FnMut() -> std::io::Result<u64>,
 ) -> std::io::Result<PathBuf> {
     use std::os::unix::fs::DirBuilderExt;
     for _ in 0..64 {
-        let dir = parent.join(format!("railtrace-twin-{:016x}", suffix()?));
+        let dir = parent.join(format!("{prefix}{:016x}", suffix()?));
         match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             made => return made.map(|()| dir),
@@ -909,14 +923,15 @@ mod tests {
         std::os::unix::fs::symlink(&elsewhere, name(1)).unwrap();
         std::fs::create_dir(name(2)).unwrap();
         let mut draws = [1, 2, 3].into_iter();
-        let dir = private_dir(&parent, || Ok(draws.next().unwrap_or(4))).unwrap();
+        let dir =
+            private_dir(&parent, "railtrace-twin-", || Ok(draws.next().unwrap_or(4))).unwrap();
         assert_eq!(dir, name(3));
         let meta = std::fs::symlink_metadata(&dir).unwrap();
         assert!(meta.is_dir(), "{meta:?}");
         assert_eq!(meta.permissions().mode() & 0o7777, 0o700);
         assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
         // Names taken all the way: refused, not followed.
-        let e = private_dir(&parent, || Ok(1)).unwrap_err();
+        let e = private_dir(&parent, "railtrace-twin-", || Ok(1)).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists, "{e}");
         // The draws the twin uses are its system's random numbers.
         let (a, b) = (random_u64().unwrap(), random_u64().unwrap());

@@ -162,37 +162,51 @@ pub fn load_with(path: Option<&Path>, rig: Option<&Path>) -> Result<Loaded, Scen
 pub const MAX_FILE_BYTES: u64 = 1 << 20;
 
 /// The text of the scenario or rig file at `path`: a regular file of at most
-/// [`MAX_FILE_BYTES`]. It is opened without waiting (a pipe with no writer would hold the
-/// open), and anything but a regular file (a device, a pipe, a directory) is refused.
+/// [`MAX_FILE_BYTES`] (see [`read_file`]).
 fn read_text(path: &Path) -> std::io::Result<String> {
-    use std::io::{Error, ErrorKind, Read};
+    let bytes = read_file(path, MAX_FILE_BYTES, "a bench description")?;
+    String::from_utf8(bytes)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"))
+}
+
+/// Opens the file at `path` to read it, without waiting (a pipe with no writer would
+/// hold the open), refusing anything but a regular file (a device such as /dev/zero, a
+/// pipe, a directory): every file a user names is read this way.
+pub fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(nix::libc::O_NONBLOCK)
         .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file (a device, a pipe or a folder)",
+        ));
+    }
+    Ok(file)
+}
+
+/// The bytes of the regular file at `path` ([`open_regular`]), at most `max_bytes`, more
+/// than `what` (e.g. "a logger model") ever has: a larger file is refused unread.
+pub fn read_file(path: &Path, max_bytes: u64, what: &str) -> std::io::Result<Vec<u8>> {
+    use std::io::{Error, ErrorKind, Read};
+    let file = open_regular(path)?;
     let too_large = || {
         Error::new(
             ErrorKind::InvalidData,
-            format!("larger than {MAX_FILE_BYTES} bytes, more than a bench description has"),
+            format!("larger than {max_bytes} bytes, more than {what} has"),
         )
     };
-    let meta = file.metadata()?;
-    if !meta.is_file() {
-        return Err(Error::new(
-            ErrorKind::InvalidInput,
-            "not a regular file (a scenario or rig is a text file)",
-        ));
-    }
-    if meta.len() > MAX_FILE_BYTES {
+    if file.metadata()?.len() > max_bytes {
         return Err(too_large());
     }
-    let mut text = String::new();
-    file.take(MAX_FILE_BYTES + 1).read_to_string(&mut text)?;
-    if text.len() as u64 > MAX_FILE_BYTES {
+    let mut bytes = Vec::new();
+    file.take(max_bytes + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max_bytes {
         return Err(too_large());
     }
-    Ok(text)
+    Ok(bytes)
 }
 
 /// The built-in default scenario.

@@ -6,4 +6,7 @@ use libfuzzer_sys::fuzz_target;
 
 include!("../recording.rs");
 
-fuzz_target!(|data: &[u8]| check_recording(data));
+fuzz_target!(|data: &[u8]| {
+    check_recording(data);
+    check_flips(data);
+});

@@ -298,8 +298,12 @@ impl LoggerModel {
 
     /// Reads a model, checking its format and version.
     pub fn read(path: &Path) -> anyhow::Result<LoggerModel> {
-        let text = std::fs::read_to_string(path)
+        // A model with a response of 100 000 bins is a few MB of text.
+        let bytes = railtrace_twin::scenario::read_file(path, 16 << 20, "a logger model")
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let text = String::from_utf8(bytes).map_err(|_| {
+            anyhow::anyhow!("{}: not a logger model: not UTF-8 text", path.display())
+        })?;
         LoggerModel::parse(path, &text)
     }
 
@@ -330,9 +334,10 @@ impl LoggerModel {
     }
 
     /// Every figure within what a GPU's logger can have: a period of 10 µs to a minute,
-    /// windows and time constants of at most 100 periods, a response of at most 100 000
-    /// bins, a delay of at most 10 s either way, a finite non-zero gain, finite
-    /// uncertainties at least 0; and the family's own figure given.
+    /// windows, time constants and response bins of 1 µs to 100 periods, a response of at
+    /// most 100 000 bins, a delay from a period early to 10 s late, a gain of 0.1 to 10, an
+    /// offset within ±10 kW, finite uncertainties at least 0; and the family's own figure
+    /// given.
     fn check(&self) -> Result<(), String> {
         let field = |name: &str, v: f64, ok: bool, rule: &str| {
             if ok && v.is_finite() {
@@ -352,17 +357,22 @@ impl LoggerModel {
         field(
             "delay_s",
             self.delay_s,
-            self.delay_s.abs() <= 10.0,
-            "must be within ±10 s",
+            (-p..=10.0).contains(&self.delay_s),
+            "must be from a period early (-period_s) to 10 s late",
         )?;
         field("phase_s", self.phase_s, true, "must be finite")?;
         field(
             "gain",
             self.gain,
-            self.gain != 0.0,
-            "must be finite and not 0",
+            (0.1..=10.0).contains(&self.gain),
+            "must be 0.1 to 10 (readings over true power)",
         )?;
-        field("offset_w", self.offset_w, true, "must be finite")?;
+        field(
+            "offset_w",
+            self.offset_w,
+            self.offset_w.abs() <= 1e4,
+            "must be within ±10 kW",
+        )?;
         for (name, v) in [
             ("period_se_s", self.period_se_s),
             ("delay_se_s", self.delay_se_s),
@@ -381,8 +391,8 @@ impl LoggerModel {
                 field(
                     name,
                     v,
-                    v > 0.0 && v <= reach,
-                    "must be > 0, at most 100 periods",
+                    (1e-6..=reach).contains(&v),
+                    "must be 1 µs to 100 periods",
                 )?;
             }
         }
@@ -550,9 +560,29 @@ mod tests {
             (
                 "tau_s = 0.013115793672219232",
                 "tau_s = 1e9",
-                "tau_s = 1000000000.0: must be > 0",
+                "tau_s = 1000000000.0: must be 1 µs",
             ),
             ("gain = 0.9589395813069554", "gain = 0.0", "gain = 0.0"),
+            (
+                "gain = 0.9589395813069554",
+                "gain = 1e308",
+                "gain = 1e308: must be 0.1 to 10",
+            ),
+            (
+                "delay_s = 0.0003670560402126761",
+                "delay_s = -1",
+                "delay_s = -1.0: must be from",
+            ),
+            (
+                "tau_s = 0.013115793672219232",
+                "tau_s = 1e-308",
+                "tau_s = 1e-308: must be 1 µs to 100 periods",
+            ),
+            (
+                "offset_w = -2.2614100626230993",
+                "offset_w = 1e300",
+                "offset_w = 1e300: must be within",
+            ),
             (
                 "family = \"exponential\"",
                 "family = \"magic\"",

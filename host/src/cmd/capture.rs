@@ -39,6 +39,10 @@ pub struct Args {
     /// Replace the output if it exists.
     #[arg(long)]
     force: bool,
+    /// Capture at a rate the rig's link cannot carry (with --rig), the device dropping
+    /// whole blocks (each a gap row); without it such a rate is refused.
+    #[arg(long)]
+    allow_drops: bool,
     /// No progress line; print the summary as JSON.
     #[arg(long)]
     json: bool,
@@ -85,6 +89,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         duration: args.duration.map(Duration::from_secs_f64),
         reconnect_wait: Duration::from_secs_f64(args.reconnect_wait),
         replace: args.force,
+        allow_drops: args.allow_drops,
         tap: None,
     };
     let stop = railtrace::link::stop::install().map_err(anyhow::Error::msg)?;
@@ -97,7 +102,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let result = capture(&config, stop, &counters, |p| bar.set_message(line(p)));
     bar.finish_and_clear();
     let summary = result.with_context(|| {
-        if config.output.exists() {
+        if counters.bytes_written.load(std::sync::atomic::Ordering::Relaxed) > 0 {
             format!(
                 "capture stopped; {} keeps every record batch written before this (railtrace inspect says up to when)",
                 config.output.display()
@@ -122,6 +127,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             p.gaps,
             p.reconnects
         );
+        if let Some(why) = &summary.drops_cause {
+            eprintln!("railtrace capture: {why}");
+        }
     }
     anyhow::ensure!(
         !summary.progress.ended_away,

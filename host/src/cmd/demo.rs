@@ -29,8 +29,9 @@ pub struct Args {
     /// The kernel to profile.
     #[arg(long, default_value = "gemm")]
     kernel: String,
-    /// Executions to profile, each after a random delay.
-    #[arg(long, default_value_t = 1000)]
+    /// Executions to profile, each after a random delay (at most 1 000 000: about a day
+    /// of the twin's real time).
+    #[arg(long, default_value_t = 1000, value_parser = super::count(1, 1_000_000))]
     runs: usize,
     /// Shortest and longest random delay before each launch, ms (longer than the kernel
     /// plus the logger's window, so that no reading sees two executions).

@@ -18,6 +18,12 @@ pub mod survey;
 pub mod twin;
 pub mod view;
 
+/// A count option (runs, executions, replicates) from `least` to `most`: the bound,
+/// argued from what the run or the machine can hold, is in the error.
+pub fn count(least: u64, most: u64) -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::<usize>::new().range(least..=most)
+}
+
 /// The longest time an option takes: a month, longer than any bench run.
 const LONGEST_S: f64 = 31.0 * 86_400.0;
 

@@ -47,8 +47,9 @@ pub struct Args {
     /// The kernel to run (the twin's default scenario has `gemm`).
     #[arg(long, default_value = "gemm")]
     kernel: String,
-    /// Trains to run (200); with --target-error, the most to run (20000).
-    #[arg(long)]
+    /// Trains to run (200); with --target-error, the most to run (20000). At most
+    /// 1 000 000.
+    #[arg(long, value_parser = super::count(1, 1_000_000))]
     runs: Option<usize>,
     /// Keep running until the GPU logger's stitched profile is within this relative error
     /// (e.g. 0.02) in every bin at once, at --confidence.
@@ -58,16 +59,16 @@ pub struct Args {
     #[arg(long, default_value_t = 0.95)]
     confidence: f64,
     /// Runs before the first --target-error check (the planner's pilot).
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 30, value_parser = super::count(1, 1_000_000))]
     pilot: usize,
     /// Width of the stitched profile's bins for --target-error, µs.
     #[arg(value_parser = super::bin_us, long, default_value_t = 20.0)]
     bin_us: f64,
-    /// Executions per train (back to back; 1 for single executions).
-    #[arg(long, default_value_t = 1)]
+    /// Executions per train (back to back; 1 for single executions; at most 10 000).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     count: u32,
-    /// Warm-up executions before each train's counted ones.
-    #[arg(long, default_value_t = 0)]
+    /// Warm-up executions before each train's counted ones (at most 10 000).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=10_000))]
     warmup: u32,
     /// Shortest and longest random delay before each launch, ms.
     #[arg(value_parser = super::millis, long, allow_hyphen_values = true, num_args = 2, value_names = ["MIN", "MAX"], default_values_t = [1.0, 3.0])]
@@ -96,6 +97,10 @@ pub struct Args {
     /// sample in every --bin-us bin (100 kS/s for 10 µs), or its highest if none does.
     #[arg(long)]
     rate: Option<u32>,
+    /// Capture at a rate the rig's link cannot carry (with --rig), the device dropping
+    /// whole blocks (each a gap row); without it such a rate is refused.
+    #[arg(long)]
+    allow_drops: bool,
     /// The DVFS level to run the kernel at (the twin's scenario names them, e.g. `high`,
     /// `mid`, `low`); the GPU's current one when not given.
     #[arg(long)]
@@ -120,6 +125,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             args.confidence
         );
     }
+    // Every execution is a row in memory until the run ends (about 100 bytes each).
+    let executions = args.runs.unwrap_or(20_000) as u64 * u64::from(args.warmup + args.count);
+    anyhow::ensure!(
+        executions <= 50_000_000,
+        "--runs × (--warmup + --count) = {executions} executions: at most 50 000 000 (about 5 GB of records) in one run"
+    );
     anyhow::ensure!(
         args.preheat_s >= 0.0 && args.preheat_s.is_finite(),
         "--preheat-s {}: need a duration >= 0",
@@ -254,6 +265,7 @@ fn run_of(args: &Args) -> Run {
         bin_s: args.bin_us * 1e-6,
         scenario: args.scenario.clone(),
         rig: args.rig.clone(),
+        allow_drops: args.allow_drops,
         rig_rise_s: None,
         target_error: args.target_error.map(|e| (e, args.confidence)),
     }

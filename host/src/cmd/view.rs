@@ -38,6 +38,10 @@ pub struct Args {
     /// Replace the --output recording if it exists.
     #[arg(long)]
     force: bool,
+    /// Capture at a rate the rig's link cannot carry (with --rig), the device dropping
+    /// whole blocks (each a gap row); without it such a rate is refused.
+    #[arg(long)]
+    allow_drops: bool,
     /// Where the page is served. A loopback address serves this machine only; any other
     /// serves whoever can reach it (with a warning).
     #[arg(long, default_value = "127.0.0.1:8050")]
@@ -80,6 +84,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         rate_hz: args.rate,
         output: args.output.clone(),
         force: args.force,
+        allow_drops: args.allow_drops,
         listen: args.listen,
         seconds: args.seconds,
     };

@@ -361,6 +361,7 @@ fn profile(
         bin_s: setup.bin_s,
         scenario: req.scenario.clone(),
         rig: req.rig.clone(),
+        allow_drops: false,
         rig_rise_s: None,
         target_error: None,
     };

@@ -230,21 +230,27 @@ pub fn on_twin(
             "need two DVFS levels or more to switch between (have: {})",
             plan.levels.join(", ")
         );
-        crate::gpu::profile::with_rig(twin.path(), &rig_out, (rate_hz, None), || {
-            let settings = serde_json::json!({
-                "scenario": scenario.map(|p| p.display().to_string()),
-                "rig_recording": rig_out.display().to_string(),
-            });
-            let mut trigger = crate::gpu::twin::TwinTrigger::new(&twin, plan.trigger_line);
-            Ok(acquire(
-                &mut runner,
-                &mut trigger,
-                &plan,
-                output,
-                settings,
-                progress,
-            )?)
-        })
+        crate::gpu::profile::with_rig(
+            twin.path(),
+            &rig_out,
+            (rate_hz, None),
+            (None, false),
+            || {
+                let settings = serde_json::json!({
+                    "scenario": scenario.map(|p| p.display().to_string()),
+                    "rig_recording": rig_out.display().to_string(),
+                });
+                let mut trigger = crate::gpu::twin::TwinTrigger::new(&twin, plan.trigger_line);
+                Ok(acquire(
+                    &mut runner,
+                    &mut trigger,
+                    &plan,
+                    output,
+                    settings,
+                    progress,
+                )?)
+            },
+        )
     })();
     twin.stop().context("the twin failed")?;
     result

@@ -13,7 +13,7 @@ use railtrace_calibration::align::{fit_brackets, Bracket};
 
 use crate::analysis::stitch::{gpu_view, GpuSide, LoggerStamp};
 use crate::gpu::{host_now_ns, ExecutionRecord, GpuError, GpuRunner, Launch, PowerLogger, Stamp};
-use crate::link::capture::{capture, CaptureError, Config, Counters, Summary};
+use crate::link::capture::{capture, CaptureError, Config, Counters, RigFile, Summary};
 use crate::link::trigger::{Driven, Quiet, TriggerError, TriggerOut};
 use crate::store::recording::{rig_path, Event, Meta, RecordingError, Writer, FORMAT_VERSION};
 
@@ -35,6 +35,9 @@ pub enum ProfileError {
     /// The rig's capture panicked.
     #[error("the rig's capture panicked")]
     RigPanicked,
+    /// The rig's description file does not read.
+    #[error("{0}")]
+    Rig(String),
     /// Ended early on Ctrl-C, SIGTERM or SIGHUP.
     #[error("interrupted after {runs} of {planned} trains; {kept}")]
     Interrupted {
@@ -378,16 +381,20 @@ pub fn preheat(
 
 /// Runs `run` while the rig on `port` is captured into `rig_out` (at `rate_hz`, the
 /// device's highest when not given) in the background, from its first sample to `run`'s
-/// end.
+/// end. With the rig's description (`rig`), a rate its link cannot carry is refused
+/// unless `allow_drops` (see [`Config::allow_drops`]).
 pub fn with_rig<T, E: From<ProfileError>>(
     port: &Path,
     rig_out: &Path,
     (rate_hz, rate_at_least_hz): (Option<u32>, Option<u32>),
+    (rig, allow_drops): (Option<RigFile>, bool),
     run: impl FnOnce() -> Result<T, E>,
 ) -> Result<(T, Summary), E> {
     let config = Config {
+        rig,
         rate_hz,
         rate_at_least_hz,
+        allow_drops,
         replace: true, // checked by the command before it starts
         ..Config::new(port, rig_out)
     };
@@ -428,8 +435,11 @@ pub struct Run {
     pub bin_s: f64,
     /// The twin's scenario file, if one was given.
     pub scenario: Option<PathBuf>,
-    /// The twin's rig file, if one was given.
+    /// The rig's description file (the twin's, or the real rig's), if one was given: its
+    /// link's capacity is checked against the rate.
     pub rig: Option<PathBuf>,
+    /// Capture at a rate the rig's link cannot carry (see [`Config::allow_drops`]).
+    pub allow_drops: bool,
     /// The rig's 10-90 % rise (its sensors and ADC filter), s, where its description is
     /// known: kept in the profile, so that a report draws no bin finer than it.
     pub rig_rise_s: Option<f64>,
@@ -538,7 +548,17 @@ pub fn profile(
     };
     let (acquired, rig_summary) = match port {
         Some(port) => {
-            let (a, s) = with_rig(port, &rig_out, (args.rate_hz, least), run)?;
+            let rig = (args.rig.as_deref())
+                .map(RigFile::read)
+                .transpose()
+                .map_err(|e| ProfileError::Rig(e.to_string()))?;
+            let (a, s) = with_rig(
+                port,
+                &rig_out,
+                (args.rate_hz, least),
+                (rig, args.allow_drops),
+                run,
+            )?;
             (a, Some(s))
         }
         None => (run()?, None),

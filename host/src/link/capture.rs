@@ -53,8 +53,15 @@ impl RigFile {
     /// Reads and checks `hardware/rigs/*.toml`.
     pub fn read(path: &Path) -> anyhow::Result<RigFile> {
         use anyhow::Context;
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read the rig description {}", path.display()))?;
+        let bytes = railtrace_twin::scenario::read_file(
+            path,
+            railtrace_twin::scenario::MAX_FILE_BYTES,
+            "a rig description",
+        )
+        .with_context(|| format!("cannot read the rig description {}", path.display()))?;
+        let text = String::from_utf8(bytes).map_err(|_| {
+            anyhow::anyhow!("{}: not a rig description: not UTF-8 text", path.display())
+        })?;
         let rig: RigDescription = toml::from_str(&text).map_err(|e| {
             anyhow::anyhow!(
                 "{}: not a rig description: {}",
@@ -93,6 +100,10 @@ pub struct Config {
     pub reconnect_wait: Duration,
     /// Replace `output` if it exists (else an existing output is refused).
     pub replace: bool,
+    /// Capture at a rate the rig's link cannot carry for the channels asked (the device
+    /// then drops whole blocks, each a gap row), with a warning; else such a rate is
+    /// refused. Only a rig description ([`Config::rig`]) says what its link carries.
+    pub allow_drops: bool,
     /// Shown everything as it is written (a live view); the recording is the same.
     pub tap: Option<Arc<dyn Tap>>,
 }
@@ -113,6 +124,7 @@ impl Config {
             duration: None,
             reconnect_wait: Duration::from_secs(10),
             replace: false,
+            allow_drops: false,
             tap: None,
         }
     }
@@ -469,6 +481,37 @@ pub struct Summary {
     pub rows: u64,
     /// The file.
     pub output: PathBuf,
+    /// Why the device dropped samples, where it did: what its link carries.
+    pub drops_cause: Option<String>,
+}
+
+/// What the link of `rig` carries of `channels` channels, samples/s (the protocol's
+/// bytes per sample in full blocks, `protocol/SPEC.md`), and the highest of its board's
+/// rates it carries with 5 % to spare (status, edges and time-sync replies share it).
+pub fn link_carries(rig: &RigFile, channels: usize) -> (f64, Option<u32>) {
+    let r = &rig.rig;
+    let most = r.link.payload_bytes_per_s / RigDescription::wire_bytes_per_sample(channels.max(1));
+    (most, r.carried_rate_hz(channels.max(1)))
+}
+
+/// Whether `rate_hz` of `channels` channels fits the rig's link: None where it does
+/// (or no rig description says), else why not, naming the highest rate it carries.
+pub fn link_refusal(config: &Config, rate_hz: u32, channels: usize) -> Option<String> {
+    let rig = config.rig.as_ref()?;
+    let (most, carried) = link_carries(rig, channels);
+    if carried.is_some_and(|c| rate_hz <= c) || f64::from(rate_hz) <= 0.95 * most {
+        return None;
+    }
+    let link = &rig.rig.link;
+    Some(format!(
+        "{rate_hz} Hz of {channels} channels is more than the rig's {} link carries ({:.0} bytes/s: about {most:.0} samples/s of {channels} channels); {}",
+        link.kind.name(),
+        link.payload_bytes_per_s,
+        match carried {
+            Some(c) => format!("the highest rate it carries without loss is {c} Hz"),
+            None => "none of the board's rates fits: capture fewer channels".into(),
+        }
+    ))
 }
 
 /// A time-sync exchange as the host saw it.
@@ -579,6 +622,10 @@ fn run_capture(
         Some(Record::Segment { info, .. }) => (info.tick_hz, info.trigger_outputs),
         _ => (0, 0),
     };
+    let settings = match &segment {
+        Some(Record::Segment { mask, rate_hz, .. }) => (*rate_hz, mask.count_ones() as usize),
+        _ => (0, 0),
+    };
     if let Some(segment) = segment {
         let _ = tx.try_push(segment);
     }
@@ -637,10 +684,19 @@ fn run_capture(
     result?;
     let p = counters.progress(started.elapsed());
     progress(&p);
+    let drops_cause = (p.device_drops > 0).then(|| {
+        let (rate_hz, channels) = settings;
+        let why = (link_refusal(config, rate_hz, channels)).unwrap_or_else(|| match &config.rig {
+            Some(_) => format!("{rate_hz} Hz of {channels} channels fits the rig's link: the device fell behind, or the link carried less than its rig description says"),
+            None => format!("{rate_hz} Hz of {channels} channels was more than the link carried (with the rig's description, --rig, a rate its link cannot carry is refused before capturing)"),
+        });
+        format!("the device dropped {} samples: {why}", p.device_drops)
+    });
     Ok(Summary {
         progress: p,
         rows,
         output: config.output.clone(),
+        drops_cause,
     })
 }
 
@@ -692,27 +748,6 @@ async fn connect(
         &mut sink,
     )
     .await?;
-    let rate_hz = match config.rate_hz {
-        Some(r) if info.sample_rates_hz.contains(&r) => r,
-        Some(r) => {
-            return Err(CaptureError::Settings(format!(
-                "{}: the device offers {} Hz, not {r} Hz",
-                config.port.display(),
-                info.sample_rates_hz
-                    .iter()
-                    .map(u32::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )))
-        }
-        None => {
-            let highest = info.sample_rates_hz.iter().copied().max().unwrap_or(0);
-            config.rate_at_least_hz.map_or(highest, |least| {
-                let enough = info.sample_rates_hz.iter().copied().filter(|&r| r >= least);
-                enough.min().unwrap_or(highest)
-            })
-        }
-    };
     let mut mask = 0u8;
     match &config.channels {
         Some(list) => {
@@ -735,6 +770,50 @@ async fn connect(
             for c in &info.channels {
                 mask |= 1 << c.index;
             }
+        }
+    }
+    let rate_hz = match config.rate_hz {
+        Some(r) if info.sample_rates_hz.contains(&r) => r,
+        Some(r) => {
+            return Err(CaptureError::Settings(format!(
+                "{}: the device offers {} Hz, not {r} Hz",
+                config.port.display(),
+                info.sample_rates_hz
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )))
+        }
+        None => {
+            // The highest rate the rig's link carries for these channels, where its
+            // description says; else the device's highest.
+            let carried =
+                (config.rig.as_ref()).and_then(|r| link_carries(r, mask.count_ones() as usize).1);
+            let rates = info.sample_rates_hz.iter().copied();
+            let highest = (rates
+                .clone()
+                .filter(|&r| carried.is_none_or(|c| r <= c))
+                .max())
+            .or_else(|| rates.clone().min())
+            .unwrap_or(0);
+            config.rate_at_least_hz.map_or(highest, |least| {
+                let enough = info.sample_rates_hz.iter().copied().filter(|&r| r >= least);
+                enough.min().unwrap_or(highest)
+            })
+        }
+    };
+    if let Some(why) = link_refusal(config, rate_hz, mask.count_ones() as usize) {
+        if !config.allow_drops {
+            return Err(CaptureError::Settings(format!(
+                "{}: {why}. Ask for that rate (--rate), fewer channels, or allow the device to drop whole blocks (--allow-drops)",
+                config.port.display()
+            )));
+        }
+        if !resume {
+            eprintln!(
+                "railtrace: warning: {why}: the device will drop whole blocks, each a gap row"
+            );
         }
     }
     let averaging = config.averaging.max(1);

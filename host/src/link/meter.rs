@@ -30,6 +30,10 @@ use crate::store::recording::{host_now_ns, Event};
 /// Samples kept for [`Meter::read`] when nobody reads them (older ones are dropped from
 /// the read buffer and counted; the recording keeps them all).
 const READ_BUFFER_SAMPLES: usize = 4_000_000;
+/// The part of a window its samples must cover for its energy to be given (else NaN),
+/// where the caller does not say: the missing time is then at most 0.1 % of the window,
+/// and filling it at the samples' mean power errs by at most 0.1 % of the power's swing.
+pub const DEFAULT_MIN_COVERAGE: f64 = 0.999;
 /// A GPU logger is read this often.
 const LOGGER_POLL: Duration = Duration::from_millis(10);
 
@@ -44,12 +48,25 @@ pub struct WindowEnergy {
     pub end_s: f64,
     /// `end_s − start_s`.
     pub duration_s: f64,
-    /// Energy of the total power over the window, J.
+    /// Energy of the total power over the window, J: every sample's total power in it
+    /// times the sample period, and where samples are missing ([`WindowEnergy::gaps`]),
+    /// their time at the mean power of the rest; NaN where the samples cover less of the
+    /// window than the `min_coverage` it was closed with.
     pub energy_j: f64,
-    /// `energy_j / duration_s`, W.
+    /// The mean power of the samples in the window, W: their energy over the time they
+    /// cover (missing time is never divided into it).
     pub mean_w: f64,
     /// Samples in it.
     pub samples: u64,
+    /// Samples the window spans: those in it and those the capture's gap rows say are
+    /// missing from it (lost on the link, dropped on the device, a disconnection).
+    pub samples_expected: u64,
+    /// Time of the window with no sample, s: its overlap with the capture's gaps.
+    pub missing_s: f64,
+    /// `1 − missing_s / duration_s`: the part of the window the samples cover.
+    pub coverage: f64,
+    /// The capture's gap rows that overlap the window.
+    pub gaps: u64,
     /// The GPU's own logger's energy over the window, J, where a logger is read
     /// ([`Meter::start_logger`]): each reading's power held from its time until the next
     /// reading, over `[start_s, end_s]`. That is what a user of the logger alone
@@ -59,6 +76,29 @@ pub struct WindowEnergy {
     pub logger_mean_w: Option<f64>,
     /// The logger's readings stamped within the window.
     pub logger_readings: Option<u64>,
+}
+
+impl WindowEnergy {
+    /// A window named `name` opened at `start_s`, nothing in it yet (the logger's figures
+    /// kept where `logger`).
+    fn opened(name: &str, start_s: f64, logger: bool) -> WindowEnergy {
+        WindowEnergy {
+            name: name.to_string(),
+            start_s,
+            end_s: f64::INFINITY,
+            duration_s: f64::NAN,
+            energy_j: 0.0,
+            mean_w: f64::NAN,
+            samples: 0,
+            samples_expected: 0,
+            missing_s: 0.0,
+            coverage: f64::NAN,
+            gaps: 0,
+            logger_energy_j: logger.then_some(0.0),
+            logger_mean_w: None,
+            logger_readings: logger.then_some(0),
+        }
+    }
 }
 
 /// The energy of a logger's `readings` (time s, power W, in time order) over `[start_s,
@@ -86,6 +126,10 @@ struct State {
     rails: Vec<String>,
     /// Time of the newest sample.
     last_s: f64,
+    /// The sample period of the newest samples, s.
+    period_s: f64,
+    /// The capture's gaps that open windows may overlap: start, end (s).
+    gaps: Vec<(f64, f64)>,
     /// Samples not yet read: their times and per-rail watts (`rails` a sample).
     times: VecDeque<f64>,
     watts: VecDeque<f32>,
@@ -166,11 +210,62 @@ impl Tap for Gauge {
         }
         if n > 0 {
             s.last_s = t_s + (n - 1) as f64 * period_s;
+            s.period_s = period_s;
         }
         self.arrived.notify_all();
     }
 
-    fn event(&self, _: &Event) {}
+    fn event(&self, e: &Event) {
+        let &Event::Gap {
+            time_s,
+            duration_s,
+            samples,
+            ..
+        } = e
+        else {
+            return;
+        };
+        let mut s = self.lock();
+        // A gap of a known count of samples lasts that many periods; else as it says.
+        let length = match samples {
+            Some(n) if s.period_s > 0.0 => n as f64 * s.period_s,
+            _ => duration_s,
+        };
+        let end = time_s
+            + if length.is_finite() {
+                length.max(0.0)
+            } else {
+                f64::INFINITY
+            };
+        s.gaps.push((time_s, end));
+        // Those no open window can overlap are left out.
+        let from = (s.windows.iter().flatten())
+            .map(|w| w.start_s)
+            .fold(f64::INFINITY, f64::min);
+        s.gaps.retain(|&(_, end)| end > from);
+    }
+}
+
+/// The part of the window `[start_s, end_s)` that `gaps` (start, end) overlap, s, and how
+/// many of them overlap it.
+fn missing(gaps: &[(f64, f64)], start_s: f64, end_s: f64) -> (f64, u64) {
+    let mut spans: Vec<(f64, f64)> = gaps
+        .iter()
+        .map(|&(a, b)| (a.max(start_s), b.min(end_s)))
+        .filter(|(a, b)| b > a)
+        .collect();
+    let n = spans.len() as u64;
+    spans.sort_by(|a, b| a.0.total_cmp(&b.0));
+    // Overlapping gaps counted once.
+    let (mut total, mut reach) = (0.0, f64::NEG_INFINITY);
+    for (a, b) in spans {
+        let a = a.max(reach);
+        if b > a {
+            total += b - a;
+        }
+        reach = reach.max(b);
+    }
+    (total, n)
 }
 
 /// Why a meter could not do what was asked.
@@ -366,19 +461,9 @@ impl Meter {
     pub fn open(&mut self, name: &str) -> usize {
         let (ns, start_s) = self.now();
         let mut s = self.gauge.lock();
-        let logger = s.logger.then_some(0.0);
-        s.windows.push(Some(WindowEnergy {
-            name: name.to_string(),
-            start_s,
-            end_s: f64::INFINITY,
-            duration_s: f64::NAN,
-            energy_j: 0.0,
-            mean_w: f64::NAN,
-            samples: 0,
-            logger_energy_j: logger,
-            logger_mean_w: None,
-            logger_readings: logger.map(|_| 0),
-        }));
+        let logger = s.logger;
+        s.windows
+            .push(Some(WindowEnergy::opened(name, start_s, logger)));
         let id = s.windows.len() - 1;
         drop(s);
         let _ = self.control.mark_at(ns, &format!("window {name} opened"));
@@ -387,8 +472,14 @@ impl Meter {
 
     /// Closes window `id` now and waits (up to `wait`) for the samples up to its end, and
     /// for a GPU logger's reading at or after its end where one is read; marks it in the
-    /// recording with its figures (`window <name> closed: ...`).
-    pub fn close(&mut self, id: usize, wait: Duration) -> Result<WindowEnergy, MeterError> {
+    /// recording with its figures (`window <name> closed: ...`). Where the samples cover
+    /// less than `min_coverage` of the window (0 to 1), its `energy_j` is NaN.
+    pub fn close(
+        &mut self,
+        id: usize,
+        wait: Duration,
+        min_coverage: f64,
+    ) -> Result<WindowEnergy, MeterError> {
         let (ns, end_s) = self.now();
         let mut s = self.gauge.lock();
         let logger = match s.windows.get_mut(id) {
@@ -432,14 +523,41 @@ impl Meter {
             w.logger_energy_j = Some(energy);
             w.logger_readings = Some(readings);
         }
+        let (missing_s, gaps) = missing(&s.gaps, w.start_s, w.end_s);
+        let period_s = s.period_s;
         drop(s);
         w.duration_s = w.end_s - w.start_s;
-        w.mean_w = w.energy_j / w.duration_s;
+        w.missing_s = missing_s.min(w.duration_s);
+        w.gaps = gaps;
+        w.coverage = 1.0 - w.missing_s / w.duration_s;
+        w.samples_expected = w.samples
+            + if period_s > 0.0 {
+                (w.missing_s / period_s).round() as u64
+            } else {
+                0
+            };
+        let measured_j = w.energy_j;
+        w.mean_w = measured_j / (w.duration_s - w.missing_s);
+        w.energy_j = if w.missing_s == 0.0 {
+            measured_j
+        } else if w.coverage >= min_coverage {
+            measured_j + w.mean_w * w.missing_s
+        } else {
+            f64::NAN
+        };
         w.logger_mean_w = w.logger_energy_j.map(|e| e / w.duration_s);
         let mut text = format!(
             "window {} closed: {:.6} J over {:.6} s, mean {:.3} W",
             w.name, w.energy_j, w.duration_s, w.mean_w
         );
+        if w.gaps > 0 {
+            text += &format!(
+                " ({} gaps: {:.6} s without samples, {:.4} % covered)",
+                w.gaps,
+                w.missing_s,
+                100.0 * w.coverage
+            );
+        }
         if let (Some(e), Some(m), Some(n)) = (w.logger_energy_j, w.logger_mean_w, w.logger_readings)
         {
             text += &format!("; the GPU's logger: {e:.6} J, mean {m:.3} W ({n} readings)");
@@ -609,18 +727,7 @@ mod tests {
     use super::*;
 
     fn window(start_s: f64, logger: bool) -> WindowEnergy {
-        WindowEnergy {
-            name: "w".into(),
-            start_s,
-            end_s: f64::INFINITY,
-            duration_s: f64::NAN,
-            energy_j: 0.0,
-            mean_w: f64::NAN,
-            samples: 0,
-            logger_energy_j: logger.then_some(0.0),
-            logger_mean_w: None,
-            logger_readings: logger.then_some(0),
-        }
+        WindowEnergy::opened("w", start_s, logger)
     }
 
     /// Each reading's power is held from its time until the next reading, over the

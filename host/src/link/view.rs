@@ -286,13 +286,37 @@ struct App {
     started: std::time::Instant,
 }
 
+/// Whether `ip` is this machine's loopback, an IPv4 one written as IPv6
+/// (`::ffff:127.0.0.1`) too.
+fn loopback(ip: std::net::IpAddr) -> bool {
+    ip.to_canonical().is_loopback()
+}
+
+/// Whether a request from a page of `origin` (its `Origin` header, where a browser sent
+/// one) to the server its `Host` header names may be served: only the server's own page
+/// (the same host and port) or a page with no origin to tell (`null`, as a file has). A
+/// page of another site, open in the user's browser, would otherwise read the rails and
+/// the recording's path over the websocket, which no same-origin rule guards.
+pub fn same_origin(origin: Option<&str>, host: Option<&str>) -> bool {
+    let Some(origin) = origin else {
+        return true; // not a browser's cross-site request
+    };
+    if origin == "null" {
+        return true;
+    }
+    let own = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"));
+    matches!((own, host), (Some(o), Some(h)) if o.eq_ignore_ascii_case(h))
+}
+
 /// Whether a request from `peer` naming `host` may be served: any where the server was
 /// asked to listen beyond this machine, else only loopback peers naming a loopback host.
 pub fn allowed(open: bool, peer: &SocketAddr, host: Option<&str>) -> bool {
     if open {
         return true;
     }
-    if !peer.ip().is_loopback() {
+    if !loopback(peer.ip()) {
         return false;
     }
     let Some(host) = host else {
@@ -303,10 +327,7 @@ pub fn allowed(open: bool, peer: &SocketAddr, host: Option<&str>) -> bool {
         Some(rest) => rest.split(']').next().unwrap_or(""),
         None => host.rsplit_once(':').map_or(host, |(n, _)| n),
     };
-    name.eq_ignore_ascii_case("localhost")
-        || name
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
+    name.eq_ignore_ascii_case("localhost") || name.parse().is_ok_and(loopback)
 }
 
 /// Refuses every request the server is not to serve ([`allowed`]), before any route.
@@ -321,6 +342,14 @@ async fn guard(
         return (
             StatusCode::FORBIDDEN,
             "railtrace view serves this machine only (loopback); start it with --listen ADDRESS to serve others\n",
+        )
+            .into_response();
+    }
+    let origin = (request.headers().get(header::ORIGIN)).map(|o| o.to_str().unwrap_or("?"));
+    if !same_origin(origin, host) {
+        return (
+            StatusCode::FORBIDDEN,
+            "railtrace view serves its own page only: a page of another site may not read it\n",
         )
             .into_response();
     }
@@ -508,7 +537,7 @@ impl Server {
             file_hello: matches!(source, Source::File(_)).then(|| hello(&source)),
             source,
             data,
-            open: !addr.ip().is_loopback(),
+            open: !loopback(addr.ip()),
             started: std::time::Instant::now(),
         });
         Ok(Server { listener, app, rt })
@@ -582,6 +611,9 @@ pub struct LiveOptions {
     pub output: Option<PathBuf>,
     /// Replace `output` if it exists.
     pub force: bool,
+    /// Capture at a rate the rig's link cannot carry (see
+    /// [`crate::link::capture::Config::allow_drops`]).
+    pub allow_drops: bool,
     /// Where the page is served.
     pub listen: SocketAddr,
     /// Stop after this long, s.
@@ -636,10 +668,16 @@ pub fn live(
         (None, Some(p)) => p.clone(),
         (None, None) => anyhow::bail!("nothing to view: a port or the twin"),
     };
-    let temporary = opts.output.is_none();
-    let output = opts.output.clone().unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("railtrace-view-{}.arrow", std::process::id()))
-    });
+    // Without an output, the recording goes into a new folder only this user may enter
+    // (a guessable name in $TMPDIR could be a link planted to overwrite another file).
+    let (output, temporary) = match &opts.output {
+        Some(o) => (o.clone(), None),
+        None => {
+            let dir = railtrace_twin::mcu::private_temp_dir("railtrace-view-")
+                .context("the live view's temporary recording")?;
+            (dir.join("live.arrow"), Some(dir))
+        }
+    };
     let live = Arc::new(Live::default());
     let counters = Arc::new(Counters::default());
     let config = Config {
@@ -649,7 +687,8 @@ pub fn live(
         },
         rate_hz: opts.rate_hz,
         reconnect_wait: Duration::from_secs(600),
-        replace: opts.force || temporary,
+        replace: opts.force,
+        allow_drops: opts.allow_drops,
         tap: Some(live.clone() as Arc<dyn Tap>),
         ..Config::new(port.clone(), output.clone())
     };
@@ -711,12 +750,12 @@ pub fn live(
             .context("the twin's GPU failed")?;
     }
     let summary = captured.with_context(|| format!("capture from {name} stopped"));
-    if temporary {
-        let _ = std::fs::remove_file(&output);
+    if let Some(dir) = &temporary {
+        let _ = std::fs::remove_dir_all(dir);
     }
     let summary = summary?;
     served?;
-    Ok((summary, temporary))
+    Ok((summary, temporary.is_some()))
 }
 
 fn stop_after(seconds: Option<f64>, done: &Arc<AtomicBool>) {
@@ -818,6 +857,28 @@ mod tests {
             &peer("192.168.1.20:50000"),
             Some("bench:8050")
         ));
+        // An IPv4 loopback written as IPv6 is loopback too.
+        let mapped = peer("[::ffff:127.0.0.1]:50000");
+        assert!(allowed(false, &mapped, Some("[::ffff:127.0.0.1]:8050")));
+        assert!(!allowed(
+            false,
+            &peer("[::ffff:192.168.1.20]:5"),
+            Some("127.0.0.1:8050")
+        ));
+    }
+
+    /// A page of another site may not read the view (its websocket, its ranges); its own
+    /// page, a page with no origin (`null`) and a client that is not a browser may.
+    #[test]
+    fn only_the_views_own_page_is_served() {
+        let host = Some("127.0.0.1:8050");
+        assert!(same_origin(Some("http://127.0.0.1:8050"), host));
+        assert!(same_origin(Some("null"), host));
+        assert!(same_origin(None, host));
+        assert!(!same_origin(Some("http://evil.example"), host));
+        assert!(!same_origin(Some("http://127.0.0.1:8051"), host));
+        assert!(!same_origin(Some("http://localhost:8050"), host));
+        assert!(!same_origin(Some("http://evil.example"), None));
     }
 
     /// A logger that gives two readings, then stops the view.

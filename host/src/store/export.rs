@@ -137,7 +137,8 @@ pub fn export(rec: &impl Source, out: &Path, opts: &Options) -> Result<Exported,
         path: out.to_path_buf(),
         error,
     };
-    let file = File::create(&partial).map_err(|e| fail(e.into()))?;
+    crate::store::refuse_link(out).map_err(|e| fail(e.into()))?;
+    let file = crate::store::create_output(&partial).map_err(|e| fail(e.into()))?;
     let written = match opts.format {
         Format::Parquet => write_parquet(rec, &opts.kinds, file),
         Format::Csv => write_csv(rec, &opts.kinds, file),

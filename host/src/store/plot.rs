@@ -36,7 +36,7 @@ macro_rules! draw_to {
         let format = $crate::store::plot::Format::of(out)?;
         $crate::store::plot::register_font()?;
         let fail = |e: &dyn std::fmt::Display| anyhow::anyhow!("{}: {e}", out.display());
-        std::fs::File::create(out).map_err(|e| fail(&e))?;
+        $crate::store::create_output(out).map_err(|e| fail(&e))?;
         match format {
             $crate::store::plot::Format::Svg => {
                 let $root = plotters::prelude::SVGBackend::new(out, $size).into_drawing_area();

@@ -1010,15 +1010,21 @@ impl Claim {
         };
         let mut options = std::fs::OpenOptions::new();
         options.write(true);
+        // A new file is never made through a link (O_EXCL); an existing one is not
+        // opened through one either (see `store::refuse_link`).
         let (file, created) = match options.clone().create_new(true).open(path) {
             Ok(f) => (f, true),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                crate::store::refuse_link(path).map_err(io)?;
                 if !replace {
                     return Err(RecordingError::Exists {
                         path: path.to_path_buf(),
                     });
                 }
-                (options.open(path).map_err(io)?, false)
+                (
+                    crate::store::open_no_link(&mut options, path).map_err(io)?,
+                    false,
+                )
             }
             Err(e) => return Err(io(e)),
         };
@@ -1623,6 +1629,20 @@ pub struct Reader {
     done: bool,
     /// What is damaged or cut, one line each, found when opened or while reading.
     damage: Vec<String>,
+    /// Where the scan found damaged stretches: the record batches that check out before
+    /// each (see `scan::Scan::holes`).
+    holes: Vec<usize>,
+    /// Record batches taken from the stream so far, whether they decoded or not.
+    taken: usize,
+    /// A damaged batch was skipped since the last batch given out.
+    hole: bool,
+    /// Where the samples of the batches given out so far end: the next one expected.
+    next: Option<SpanEnd>,
+    /// A batch to give out next (the one after the gap row that marks a hole).
+    queued: Option<RecordBatch>,
+    /// The schema of the batches given out and their kind dictionary (those of a gap
+    /// row the reader adds).
+    schema_out: (SchemaRef, ArrayRef),
 }
 
 /// Opens a recording to read it a record batch at a time (see [`Reader`]), with the same
@@ -1672,7 +1692,7 @@ fn open_at(
         path: path.to_path_buf(),
         why: why.to_string(),
     };
-    let mut file = File::open(path).map_err(io)?;
+    let mut file = railtrace_twin::scenario::open_regular(path).map_err(io)?;
     let len = match len {
         Some(len) => len,
         None => file.metadata().map_err(io)?.len(),
@@ -1741,6 +1761,7 @@ fn open_at(
     // What to read of the file: the columns asked for, and what expanding blocks needs.
     let read = columns.map(|c| {
         let mut c = c.to_vec();
+        c.extend(SPAN_COLUMNS);
         if blocks && !raw {
             c.extend(BLOCK_COLUMNS);
         }
@@ -1752,6 +1773,14 @@ fn open_at(
     let upgrade = (blocks || out.fields().len() != read_fields).then_some(out);
     // The stream proper, from the start again (the schema message is small).
     let stream = StreamReader::try_new(stream_of(file), read).map_err(header_error)?;
+    // The batches given out, until the first says otherwise: their schema and kinds.
+    let given_schema = match &upgrade {
+        Some(s) if !raw => s.clone(),
+        _ => stream.schema(),
+    };
+    let kinds: StringArray = (Kind::ALL.iter().map(|k| Some(k.name())))
+        .chain(raw.then_some(Some(BLOCK)))
+        .collect();
     Ok(Reader {
         path: path.to_path_buf(),
         meta,
@@ -1766,6 +1795,12 @@ fn open_at(
         rows: 0,
         done: false,
         damage: scanned.damage,
+        holes: scanned.holes,
+        taken: 0,
+        hole: false,
+        next: None,
+        queued: None,
+        schema_out: (given_schema, Arc::new(kinds)),
     })
 }
 
@@ -2263,13 +2298,23 @@ impl Iterator for Reader {
     type Item = Result<RecordBatch, RecordingError>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        if let Some(b) = self.queued.take() {
+            return Some(Ok(b));
+        }
         while !self.done {
+            if self.holes.first() == Some(&self.taken) {
+                self.holes.remove(0);
+                self.hole = true;
+                continue;
+            }
             // Arrow is given only messages whose lengths check out; what it still finds
             // wrong (or panics on) is one damaged batch, named and skipped.
             let next = decoding(|| self.stream.next());
+            self.taken += usize::from(matches!(next, Ok(Some(_))));
             match next {
                 Ok(None) => self.done = true,
                 Ok(Some(Ok(b))) => {
+                    let span = sample_span(&b);
                     let given = check_kinds(&b, self.blocks).and_then(|()| match &self.upgrade {
                         None => Ok(b),
                         Some(_) if self.blocks && self.raw => Ok(b),
@@ -2278,23 +2323,39 @@ impl Iterator for Reader {
                     });
                     match given {
                         Ok(b) => {
+                            let gap = self.hole_before(span.as_ref(), &b);
+                            if let Some(end) = span.and_then(|s| s.end) {
+                                self.next = Some(end);
+                            }
                             self.batches += 1;
                             self.rows += b.num_rows();
-                            return Some(Ok(b));
+                            let Some(gap) = gap else {
+                                return Some(Ok(b));
+                            };
+                            self.rows += 1;
+                            self.queued = Some(b);
+                            return Some(Ok(gap));
                         }
-                        Err(why) => self.damage.push(format!(
-                            "a record batch after row {} is damaged ({}); skipped",
-                            self.rows,
-                            one_line(&why)
-                        )),
+                        Err(why) => {
+                            self.hole = true;
+                            self.damage.push(format!(
+                                "a record batch after row {} is damaged ({}); skipped",
+                                self.rows,
+                                one_line(&why)
+                            ))
+                        }
                     }
                 }
-                Ok(Some(Err(e))) => self.damage.push(format!(
-                    "a record batch after row {} is damaged ({}); skipped",
-                    self.rows,
-                    one_line(&e.to_string())
-                )),
+                Ok(Some(Err(e))) => {
+                    self.hole = true;
+                    self.damage.push(format!(
+                        "a record batch after row {} is damaged ({}); skipped",
+                        self.rows,
+                        one_line(&e.to_string())
+                    ))
+                }
                 Err(panic) => {
+                    self.hole = true;
                     self.damage.push(format!(
                         "a record batch after row {} is damaged ({}); nothing after it is read",
                         self.rows,
@@ -2309,11 +2370,206 @@ impl Iterator for Reader {
                 self.done = true;
             }
         }
+        // Damage after the last batch given out: what it held, up to the end, is a gap
+        // of unknown length (from the recording's start where no sample was read).
+        if self.hole || !self.holes.is_empty() {
+            self.hole = false;
+            self.holes.clear();
+            let from = self.next.unwrap_or(SpanEnd {
+                index: 0,
+                time_s: 0.0,
+            });
+            let gap = Gap {
+                time_s: from.time_s,
+                index: Some(from.index),
+                samples: None,
+                duration_s: None,
+            };
+            if let Some(b) = self.gap_batch(&gap) {
+                self.rows += 1;
+                return Some(Ok(b));
+            }
+        }
         for d in &self.damage {
             warn(&self.path, d);
         }
         None
     }
+}
+
+impl Reader {
+    /// The gap row to give out before `b`, whose samples span `span`, where a damaged
+    /// batch was skipped before it and the samples it held are missing.
+    fn hole_before(&mut self, span: Option<&Span>, b: &RecordBatch) -> Option<RecordBatch> {
+        if let Some(d) =
+            (b.column(0).as_any()).downcast_ref::<DictionaryArray<arrow_array::types::Int8Type>>()
+        {
+            self.schema_out = (b.schema(), d.values().clone());
+        }
+        if !std::mem::take(&mut self.hole) {
+            return None;
+        }
+        let span = span?;
+        let (prev, (index, time_s)) = (self.next, span.first?);
+        let gap = match prev {
+            Some(p) if index > p.index => Gap {
+                time_s: p.time_s,
+                index: Some(p.index),
+                samples: Some(index - p.index),
+                duration_s: Some(time_s - p.time_s),
+            },
+            // The first batch was damaged: the device numbers samples from 0.
+            None if index > 0 => {
+                let period = span.period_s?;
+                Gap {
+                    time_s: time_s - index as f64 * period,
+                    index: Some(0),
+                    samples: Some(index),
+                    duration_s: Some(index as f64 * period),
+                }
+            }
+            _ => return None,
+        };
+        self.gap_batch(&gap)
+    }
+
+    /// A one-row batch of the batches' schema: the gap row of a damaged batch.
+    fn gap_batch(&self, gap: &Gap) -> Option<RecordBatch> {
+        let (schema, kinds) = self.schema_out.clone();
+        let columns: Vec<ArrayRef> = schema
+            .fields()
+            .iter()
+            .map(|f| -> ArrayRef {
+                let t = f.data_type();
+                match f.name().as_str() {
+                    "kind" => Arc::new(gap_kind(&kinds)),
+                    "time_s" if *t == DataType::Float64 => {
+                        Arc::new(Float64Array::from(vec![gap.time_s]))
+                    }
+                    "index" if *t == DataType::UInt64 => {
+                        Arc::new(UInt64Array::from(vec![gap.index]))
+                    }
+                    "count" if *t == DataType::UInt64 => {
+                        Arc::new(UInt64Array::from(vec![gap.samples]))
+                    }
+                    "duration_s" if *t == DataType::Float64 => {
+                        Arc::new(Float64Array::from(vec![gap.duration_s]))
+                    }
+                    "text" if *t == DataType::Utf8 => {
+                        Arc::new(StringArray::from(vec![DAMAGED_BATCH]))
+                    }
+                    _ => arrow_array::new_null_array(t, 1),
+                }
+            })
+            .collect();
+        RecordBatch::try_new(schema, columns).ok()
+    }
+}
+
+/// The cause of a gap row a reader gives out where a damaged batch was skipped.
+pub const DAMAGED_BATCH: &str =
+    "damaged batch: the recording's bytes there are damaged, its samples are left out";
+
+/// A gap a reader found: the samples of a damaged batch.
+#[derive(Debug, Clone, Copy)]
+struct Gap {
+    time_s: f64,
+    index: Option<u64>,
+    samples: Option<u64>,
+    duration_s: Option<f64>,
+}
+
+/// The kind column of a one-row gap batch: the dictionary of the batches around it
+/// (`kinds`), where it names the gap kind, the key of `gap`.
+fn gap_kind(kinds: &ArrayRef) -> DictionaryArray<arrow_array::types::Int8Type> {
+    let at = (kinds.as_any().downcast_ref::<StringArray>())
+        .and_then(|n| n.iter().position(|n| n == Some(Kind::Gap.name())));
+    match at {
+        Some(at) => DictionaryArray::new(Int8Array::from(vec![at as i8]), kinds.clone()),
+        None => DictionaryArray::new(
+            Int8Array::from(vec![0]),
+            Arc::new(StringArray::from(vec![Kind::Gap.name()])),
+        ),
+    }
+}
+
+/// The columns a reader reads whatever it is asked for: where each batch's samples
+/// start and end, so that a damaged batch between two is a gap of exactly its samples.
+const SPAN_COLUMNS: [&str; 4] = ["time_s", "index", "count", "duration_s"];
+
+/// The sample (or gap) after the last of a batch.
+#[derive(Debug, Clone, Copy)]
+struct SpanEnd {
+    index: u64,
+    time_s: f64,
+}
+
+/// Where a batch's samples start and end (its sample, block and gap rows that have an
+/// index), and their period.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    first: Option<(u64, f64)>,
+    end: Option<SpanEnd>,
+    period_s: Option<f64>,
+}
+
+/// The samples a batch as read from the file holds: see [`Span`].
+fn sample_span(b: &RecordBatch) -> Option<Span> {
+    let dictionary = b
+        .column(0)
+        .as_any()
+        .downcast_ref::<DictionaryArray<arrow_array::types::Int8Type>>()?;
+    let names = dictionary.values().as_any().downcast_ref::<StringArray>()?;
+    let of_key: Vec<Option<&str>> = names.iter().collect();
+    let col = |n: &str| b.column_by_name(n);
+    let time = col("time_s")?.as_any().downcast_ref::<Float64Array>()?;
+    let index = col("index")?.as_any().downcast_ref::<UInt64Array>()?;
+    let count = col("count").and_then(|c| c.as_any().downcast_ref::<UInt64Array>());
+    let duration = col("duration_s").and_then(|c| c.as_any().downcast_ref::<Float64Array>());
+    let get_u = |a: Option<&UInt64Array>, i: usize| a.filter(|a| a.is_valid(i)).map(|a| a.value(i));
+    let get_f =
+        |a: Option<&Float64Array>, i: usize| a.filter(|a| a.is_valid(i)).map(|a| a.value(i));
+    let mut span = Span {
+        first: None,
+        end: None,
+        period_s: None,
+    };
+    let mut last_sample: Option<(u64, f64)> = None;
+    for (i, key) in dictionary.keys().iter().enumerate() {
+        let name = key.and_then(|k| of_key.get(k as usize).copied().flatten());
+        if !index.is_valid(i) || !time.is_valid(i) {
+            continue;
+        }
+        let (at, t) = (index.value(i), time.value(i));
+        let (n, d) = match name {
+            Some("sample") => {
+                if let Some((_, u)) = last_sample.filter(|&(j, _)| at == j + 1) {
+                    span.period_s = Some(t - u).filter(|p| *p > 0.0).or(span.period_s);
+                }
+                last_sample = Some((at, t));
+                (1, None)
+            }
+            Some(k @ ("block" | "gap")) => match get_u(count, i) {
+                Some(n) if n > 0 => {
+                    let d = get_f(duration, i).filter(|d| d.is_finite() && *d >= 0.0);
+                    if k == "block" {
+                        span.period_s = d.map(|d| d / n as f64).or(span.period_s);
+                        last_sample = None;
+                    }
+                    (n, d)
+                }
+                _ => continue,
+            },
+            _ => continue,
+        };
+        span.first.get_or_insert((at, t));
+        let end_t = d.map(|d| t + d).or(span.period_s.map(|p| t + n as f64 * p));
+        span.end = Some(SpanEnd {
+            index: at + n,
+            time_s: end_t.unwrap_or(t),
+        });
+    }
+    Some(span)
 }
 
 /// The first line of `text`.
@@ -2631,6 +2887,26 @@ impl Recording {
         self.batches.iter().map(Rows::new)
     }
 
+    /// Samples read, samples the gap rows count as missing, and whether a gap row of
+    /// unknown length is there (a disconnection the capture could not count, a damaged
+    /// last batch): with none, the first two add up to every sample taken.
+    pub fn accounted(&self) -> (u64, u64, bool) {
+        let (mut samples, mut gaps, mut open_ended) = (0, 0, false);
+        for rows in self.rows() {
+            for i in 0..rows.len() {
+                match rows.kind(i) {
+                    Kind::Sample => samples += 1,
+                    Kind::Gap => match Rows::get(rows.u64("count"), i) {
+                        Some(n) => gaps += n,
+                        None => open_ended = true,
+                    },
+                    _ => {}
+                }
+            }
+        }
+        (samples, gaps, open_ended)
+    }
+
     /// Number of rows of each kind, in [`Kind::ALL`] order.
     pub fn counts(&self) -> [u64; KINDS] {
         let mut n = [0u64; KINDS];
@@ -2849,6 +3125,80 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_damaged_batch_is_a_gap_row_of_exactly_its_samples() {
+        let f = Temp::new("hole");
+        let ends = write(&f.0, 3, true);
+        // One bit flipped inside the middle batch's samples.
+        let mut bytes = std::fs::read(&f.0).unwrap();
+        bytes[(ends[0] + (ends[1] - ends[0]) / 2) as usize] ^= 0x10;
+        std::fs::write(&f.0, &bytes).unwrap();
+        let gap_columns = ["total_w", "time_s", "index", "count", "duration_s", "text"];
+        for columns in [None, Some(&gap_columns[..])] {
+            let r = match columns {
+                None => open(&f.0).unwrap(),
+                Some(c) => open_columns(&f.0, c).unwrap(),
+            };
+            let batches = r.collect::<Result<Vec<_>, _>>().unwrap();
+            let rec = Recording {
+                batches,
+                ..read(&f.0).unwrap()
+            };
+            assert_eq!(rec.damage.len(), 1, "{:?}", rec.damage);
+            type GapRow = (f64, Option<u64>, Option<u64>, Option<f64>, String);
+            let gaps: Vec<GapRow> = rec
+                .rows()
+                .flat_map(|rows| {
+                    (0..rows.len())
+                        .filter(|&i| rows.kind(i) == Kind::Gap)
+                        .map(|i| {
+                            (
+                                rows.f64("time_s").value(i),
+                                Rows::get(rows.u64("index"), i),
+                                Rows::get(rows.u64("count"), i),
+                                Rows::get(rows.f64("duration_s"), i),
+                                rows.text().value(i).to_string(),
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            assert_eq!(gaps.len(), 1, "{gaps:?}");
+            let (t, index, count, duration, cause) = &gaps[0];
+            assert_eq!((*index, *count), (Some(100), Some(100)), "{gaps:?}");
+            assert!((t - 100e-5).abs() < 1e-12 && (duration.unwrap() - 100e-5).abs() < 1e-12);
+            assert_eq!(cause, DAMAGED_BATCH);
+            assert_eq!(rec.accounted(), (200, 100, false));
+        }
+        // The same with the samples in block rows: every one of them is read or in a gap.
+        write_blocks(&f.0, false);
+        let whole = read(&f.0).unwrap().accounted();
+        let bytes = std::fs::read(&f.0).unwrap();
+        let (mut holes, mut open_ended) = (0, 0);
+        for i in (0..bytes.len()).step_by(7) {
+            let mut b = bytes.clone();
+            b[i] ^= 1 << (i % 8);
+            std::fs::write(&f.0, &b).unwrap();
+            let Ok(r) = read(&f.0) else { continue };
+            let (samples, gaps, unknown) = r.accounted();
+            if unknown {
+                open_ended += 1;
+                continue;
+            }
+            assert_eq!(
+                samples + gaps,
+                whole.0 + whole.1,
+                "flip at byte {i}: {:?}",
+                r.damage
+            );
+            holes += usize::from(samples < whole.0);
+        }
+        assert!(
+            holes > 0 && open_ended > 0,
+            "{holes} holes, {open_ended} open-ended"
+        );
     }
 
     #[test]

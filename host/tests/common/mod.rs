@@ -75,3 +75,14 @@ pub fn f64_columns(path: &Path, names: &[&str]) -> Vec<Vec<f64>> {
     }
     out
 }
+
+/// The twin of the default scenario with these `[faults]` (e.g. `disconnect_after_s = 1.0`).
+pub fn twin_with_faults(faults: &str) -> railtrace_twin::Twin {
+    let text = railtrace_twin::scenario::DEFAULT_SCENARIO
+        .replace("[faults]\n", &format!("[faults]\n{faults}\n"));
+    let loaded = railtrace_twin::scenario::parse("faults.toml", &text, |_| {
+        Ok(("rig".into(), railtrace_twin::scenario::DEFAULT_RIG.into()))
+    })
+    .expect("a valid scenario");
+    railtrace_twin::Twin::start(&loaded).unwrap()
+}

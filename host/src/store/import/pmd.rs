@@ -217,10 +217,15 @@ pub struct PmdRun {
     pub edges_listed: usize,
 }
 
+/// The most bytes of a run's file read: 8 GiB, a PMD streaming for more than a day.
+const MAX_RUN_FILE_BYTES: u64 = 8 << 30;
+
 fn read(path: &Path) -> Result<Vec<u8>, ImportError> {
-    std::fs::read(path).map_err(|error| ImportError::Io {
-        path: path.to_path_buf(),
-        error,
+    railtrace_twin::scenario::read_file(path, MAX_RUN_FILE_BYTES, "a run's file").map_err(|error| {
+        ImportError::Io {
+            path: path.to_path_buf(),
+            error,
+        }
     })
 }
 
@@ -278,11 +283,17 @@ fn check_plausible(path: &Path, t: &PmdTrace) -> Result<(), ImportError> {
 pub fn read_run(dir: &Path, utc_offset_h: f64) -> Result<PmdRun, ImportError> {
     let start_path = dir.join("PMD_start_ts.txt");
     let start_text = text(&start_path)?;
-    let start_us: f64 = start_text.trim().parse().map_err(|_| ImportError::Format {
-        path: start_path.clone(),
-        line: 1,
-        message: format!("not a time in µs: {:?}", start_text.trim()),
-    })?;
+    // µs since the Unix epoch, from 2000 to 2100.
+    let start_us: f64 = (start_text.trim().parse().ok())
+        .filter(|t: &f64| (946_684_800e6..4_102_444_800e6).contains(t))
+        .ok_or_else(|| ImportError::Format {
+            path: start_path.clone(),
+            line: 1,
+            message: format!(
+                "not a time in µs since the Unix epoch (2000 to 2100): {:?}",
+                start_text.trim()
+            ),
+        })?;
     let bin = dir.join("PMD_data.bin");
     let pmd = parse_pmd(&bin, &read(&bin)?, start_us)?;
     check_plausible(&bin, &pmd)?;
@@ -300,15 +311,30 @@ pub fn read_run(dir: &Path, utc_offset_h: f64) -> Result<PmdRun, ImportError> {
     }
     let ts_path = dir.join("timestamps.csv");
     let mut edges_us = Vec::new();
+    // A load edge lies within the meter's recording (give or take a second).
+    let (first, last) = (
+        pmd.time_us.first().copied().unwrap_or(start_us),
+        pmd.time_us.last().copied().unwrap_or(start_us),
+    );
+    let span = first - 1e6..=last + 1e6;
     for (n, line) in text(&ts_path)?.lines().enumerate().skip(1) {
         if line.trim().is_empty() {
             continue;
         }
-        edges_us.push(line.trim().parse().map_err(|_| ImportError::Format {
+        let bad = |message: String| ImportError::Format {
             path: ts_path.clone(),
             line: n + 1,
-            message: format!("not a time in µs: {line:?}"),
-        })?);
+            message,
+        };
+        let t: f64 = (line.trim().parse().ok())
+            .filter(|t: &f64| t.is_finite())
+            .ok_or_else(|| bad(format!("not a time in µs: {line:?}")))?;
+        if !span.contains(&t) {
+            return Err(bad(format!(
+                "a load edge at {t} µs since the Unix epoch, outside the meter's recording ({first:.0} to {last:.0} µs): not this run's"
+            )));
+        }
+        edges_us.push(t);
     }
     let edges_listed = edges_us.len();
     edges_us.sort_by(f64::total_cmp);
@@ -465,6 +491,42 @@ mod tests {
         if run.is_dir() {
             read_run(&run, 1.0).unwrap();
         }
+    }
+
+    /// Lines of `timestamps.csv` that parse as numbers but are no load edge of the run (a
+    /// count, a negative, NaN, a time centuries off) are refused with the file and line.
+    #[test]
+    fn junk_load_edges_are_refused_with_file_and_line() {
+        let run = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../shared/data/gpu-power-benchmark/Transient_Response/A100_TR");
+        if !run.is_dir() {
+            eprintln!("SKIPPED: {} is not there", run.display());
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("railtrace-pmd-junk-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in ["PMD_data.bin", "PMD_start_ts.txt", "gpudata.csv"] {
+            std::fs::copy(run.join(f), dir.join(f)).unwrap();
+        }
+        let real = std::fs::read_to_string(run.join("timestamps.csv")).unwrap();
+        std::fs::write(dir.join("timestamps.csv"), &real).unwrap();
+        read_run(&dir, 1.0).unwrap();
+        for junk in ["1", "-5", "nan", "inf", "1e20", "abc"] {
+            std::fs::write(dir.join("timestamps.csv"), format!("{real}{junk}\n")).unwrap();
+            let e = read_run(&dir, 1.0).unwrap_err().to_string();
+            let line = real.lines().count() + 1;
+            assert!(
+                e.contains(&format!("timestamps.csv:{line}: ")),
+                "{junk}: {e}"
+            );
+        }
+        for junk in ["0", "-1", "nan", "1e20"] {
+            std::fs::write(dir.join("timestamps.csv"), &real).unwrap();
+            std::fs::write(dir.join("PMD_start_ts.txt"), junk).unwrap();
+            let e = read_run(&dir, 1.0).unwrap_err().to_string();
+            assert!(e.contains("PMD_start_ts.txt:1: "), "{junk}: {e}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

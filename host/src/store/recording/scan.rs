@@ -112,6 +112,11 @@ pub(crate) struct Scan {
     /// What is wrong, one entry per damaged stretch: the record batch it held (1-based,
     /// counting the batches before it) and where.
     pub damage: Vec<String>,
+    /// Where each damaged stretch of rows lies: the number of record batches that check
+    /// out before it (a reader marks the samples it held as a gap there). A stretch after
+    /// the last rows of a closed file counts only where the overview's fine level
+    /// follows it (otherwise it may have been the overview).
+    pub holes: Vec<usize>,
 }
 
 /// Why a message at some offset does not check out.
@@ -290,6 +295,8 @@ pub(crate) fn scan(file: &mut File, len: u64) -> std::io::Result<Scan> {
     let mut s = Scan::default();
     let mut at = 0u64;
     let mut batches = 0usize;
+    let mut good = 0usize;
+    let mut pending = Vec::new();
     let mut top = Vec::new();
     while at < len {
         let first = s.ranges.is_empty();
@@ -298,51 +305,73 @@ pub(crate) fn scan(file: &mut File, len: u64) -> std::io::Result<Scan> {
                 s.closed = true;
                 break;
             }
-            Ok(Some(m)) if m.content != ROWS => at = m.end,
+            Ok(Some(m)) if m.content != ROWS => {
+                if m.content == OVERVIEW_FINE {
+                    s.holes.append(&mut pending);
+                }
+                at = m.end
+            }
             Ok(Some(m)) => {
+                s.holes.append(&mut pending);
                 if first {
                     top = m.top;
                 }
                 s.ranges.push((at, m.end));
                 batches += usize::from(m.is_batch);
+                good += usize::from(m.is_batch);
                 s.sealed |= m.sealed;
                 at = m.end;
             }
-            Err(Bad::Cut) => {
-                s.damage.push(format!(
-                    "the file ends inside record batch {} (at byte {at} of {len}); read up to the batch before",
-                    batches + 1
-                ));
-                break;
-            }
             Err(Bad::Damaged(_)) if s.ranges.is_empty() => break,
-            Err(Bad::Damaged(why)) => {
-                // The next place where a whole message checks out.
+            Err(bad) => {
+                // The next place where a whole message checks out, or (after a damaged
+                // message, not a cut one) the end-of-stream marker that ends the file: the
+                // same 8 bytes inside a batch's data are no end.
+                let cut = matches!(bad, Bad::Cut);
                 let mut next = at + 1;
                 let found = loop {
                     match find_marker(file, next, len)? {
                         None => break None,
                         Some(p) => match message(file, p, len, false, s.sealed, &top) {
+                            Ok(None) if cut || p + 8 < len => next = p + 1,
                             Ok(m) => break Some((p, m)),
                             Err(_) => next = p + 1,
                         },
                     }
                 };
+                let found = found.map(|(p, _)| p);
+                let why = match (bad, found) {
+                    // A message running past the end with nothing whole after it: the file
+                    // was cut there.
+                    (Bad::Cut, None) => {
+                        s.damage.push(format!(
+                            "the file ends inside record batch {} (at byte {at} of {len}); read up to the batch before",
+                            batches + 1
+                        ));
+                        break;
+                    }
+                    (Bad::Cut, Some(_)) => "its length runs past the end of the file".to_string(),
+                    (Bad::Damaged(why), _) => why,
+                };
                 s.damage.push(format!(
                     "record batch {} is damaged ({why}, at byte {at}){}",
                     batches + 1,
                     match found {
-                        Some((p, _)) => format!("; skipped up to byte {p}"),
+                        Some(p) => format!("; skipped up to byte {p}"),
                         None => "; nothing after it reads".into(),
                     }
                 ));
                 batches += 1;
+                pending.push(good);
                 match found {
-                    Some((p, _)) => at = p,
+                    Some(p) => at = p,
                     None => break,
                 }
             }
         }
+    }
+    if !s.closed {
+        s.holes.append(&mut pending);
     }
     Ok(s)
 }
