@@ -192,3 +192,80 @@ fn a_real_loggers_name_on_the_twin_is_refused() {
     );
     assert!(!out.exists());
 }
+
+/// Runs railtrace with `args`, at most 10 s (a command that waits on a pipe for ever is
+/// killed and fails the test): its output.
+fn soon(args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_railtrace"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("{args:?} did not end within 10 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Every file a user names is read as a regular file, with a size bound where its format
+/// has one: a device that never ends, a pipe no one writes to, a folder or a huge sparse
+/// file each get a one-line error at once.
+#[test]
+fn files_that_are_no_regular_file_or_too_large_are_refused_at_once() {
+    let dir = std::env::temp_dir().join(format!("railtrace-options-files-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("pipe");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let sparse = dir.join("sparse.toml");
+    std::fs::File::create(&sparse)
+        .unwrap()
+        .set_len(2 << 30)
+        .unwrap();
+    let out = dir.join("out.arrow");
+    let (f, s, d, o) = (
+        fifo.to_str().unwrap(),
+        sparse.to_str().unwrap(),
+        dir.to_str().unwrap(),
+        out.to_str().unwrap(),
+    );
+    for (args, says) in [
+        (vec!["capture", "--port", f, "-o", o], "not a serial port"),
+        (vec!["capture", "--port", d, "-o", o], "not a serial port"),
+        (vec!["inspect", f], "not a regular file"),
+        (vec!["inspect", "/dev/zero"], "not a regular file"),
+        (vec!["inspect", d], "not a regular file"),
+        (vec!["view", f, "--seconds", "1"], "not a regular file"),
+        (
+            vec!["capture", "--port", "/dev/null", "--rig", f, "-o", o],
+            "not a regular file",
+        ),
+        (
+            vec!["capture", "--port", "/dev/null", "--rig", s, "-o", o],
+            "larger than",
+        ),
+        (
+            vec!["correct", "x.arrow", "--logger", "/dev/zero"],
+            "not a regular file",
+        ),
+        (vec!["correct", "x.arrow", "--logger", s], "larger than"),
+        (
+            vec!["plot", "x.arrow", "-o", "x.svg", "--logger", f],
+            "not a regular file",
+        ),
+    ] {
+        let o = soon(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+    }
+    assert!(!out.exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

