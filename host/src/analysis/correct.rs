@@ -383,7 +383,7 @@ pub fn write(
         why,
     };
     let batch = table(c, figures).map_err(|e| failed(e.to_string()))?;
-    let file = std::fs::File::create(output).map_err(|e| failed(e.to_string()))?;
+    let file = crate::store::create_output(output).map_err(|e| failed(e.to_string()))?;
     let mut w = arrow_ipc::writer::StreamWriter::try_new(file, &batch.schema())
         .map_err(|e| failed(e.to_string()))?;
     w.write(&batch).map_err(|e| failed(e.to_string()))?;

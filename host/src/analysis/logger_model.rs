@@ -292,7 +292,7 @@ impl LoggerModel {
 
     /// Writes the model as TOML.
     pub fn write(&self, path: &Path) -> anyhow::Result<()> {
-        std::fs::write(path, self.to_toml()?)
+        crate::store::write_output(path, self.to_toml()?)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
     }
 

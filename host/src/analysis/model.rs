@@ -750,7 +750,8 @@ impl PowerModel {
     /// Writes the model as TOML.
     pub fn write(&self, path: &Path) -> Result<(), ModelError> {
         let text = toml::to_string_pretty(self).map_err(|e| invalid!("the model: {e}"))?;
-        std::fs::write(path, text).map_err(|e| invalid!("cannot write {}: {e}", path.display()))
+        crate::store::write_output(path, text)
+            .map_err(|e| invalid!("cannot write {}: {e}", path.display()))
     }
 
     /// Reads a model, checking its format and version.

@@ -704,7 +704,7 @@ impl Deconvolution {
         let d = self;
         let meter = Reference::new(&rec.meter_t, &rec.meter_w)
             .map_err(|e| anyhow::anyhow!("the meter's samples: {e}"))?;
-        let file = std::fs::File::create(path)
+        let file = crate::store::create_output(path)
             .with_context(|| format!("cannot create {}", path.display()))?;
         let mut w = std::io::BufWriter::new(file);
         writeln!(w, "t_s,power_w,lo_w,hi_w,meter_w")?;

@@ -38,7 +38,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let table = markdown(&rows?);
     print!("{table}");
     if let Some(p) = &args.markdown {
-        std::fs::write(p, &table).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
+        railtrace::store::write_output(p, &table)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
     }
     Ok(())
 }

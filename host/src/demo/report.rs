@@ -155,13 +155,13 @@ pub fn write(
         )?;
         exported.push(target);
     }
-    std::fs::write(
-        out.join("figures.json"),
+    crate::store::write_output(
+        &out.join("figures.json"),
         serde_json::to_string_pretty(figures)?,
     )
     .with_context(|| format!("cannot write into {}", out.display()))?;
     let html = out.join("report.html");
-    std::fs::write(
+    crate::store::write_output(
         &html,
         report_html(figures, table, checks, &svg, &exported, out),
     )
@@ -198,7 +198,7 @@ fn write_csv(
         }
         s.push('\n');
     }
-    std::fs::write(path, s).with_context(|| format!("cannot write {}", path.display()))
+    crate::store::write_output(path, s).with_context(|| format!("cannot write {}", path.display()))
 }
 
 fn escape(s: &str) -> String {
@@ -332,12 +332,12 @@ pub fn picture(
                 zoom,
             )
             .map_err(|e| anyhow!("{}: {e}", out.display()))?;
-            std::fs::write(out, &text)
+            crate::store::write_output(out, &text)
                 .with_context(|| format!("cannot write {}", out.display()))?;
             Ok(Some(text))
         }
         crate::store::plot::Format::Png => {
-            std::fs::File::create(out).map_err(|e| anyhow!("{}: {e}", out.display()))?;
+            crate::store::create_output(out).map_err(|e| anyhow!("{}: {e}", out.display()))?;
             draw(
                 BitMapBackend::new(out, size).into_drawing_area(),
                 title,

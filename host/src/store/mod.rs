@@ -37,6 +37,13 @@ pub fn open_no_link(options: &mut std::fs::OpenOptions, path: &Path) -> io::Resu
         })
 }
 
+/// Writes `bytes` to the output `path` (created or emptied), refusing a symbolic link
+/// (see [`refuse_link`]).
+pub fn write_output(path: &Path, bytes: impl AsRef<[u8]>) -> io::Result<()> {
+    use std::io::Write;
+    create_output(path)?.write_all(bytes.as_ref())
+}
+
 /// Creates (or empties) the output `path`, refusing a symbolic link (see [`refuse_link`]).
 pub fn create_output(path: &Path) -> io::Result<File> {
     open_no_link(
@@ -46,4 +53,63 @@ pub fn create_output(path: &Path) -> io::Result<File> {
             .truncate(true),
         path,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// No output is written through a symbolic link, nor replaces one, `--force` or not:
+    /// a link planted at an output's name leaves its target as it was.
+    #[test]
+    fn no_output_goes_through_a_link() {
+        let dir = std::env::temp_dir().join(format!("railtrace-links-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let target = dir.join("someone-elses.txt");
+        std::fs::write(&target, "theirs").unwrap();
+        let link = dir.join("out.arrow");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let e = create_output(&link).unwrap_err().to_string();
+        assert!(e.contains("symbolic link"), "{e}");
+        assert!(write_output(&link, "ours").is_err());
+        assert!(refuse_link(&link).is_err());
+        for replace in [false, true] {
+            let e = recording::Claim::new(&link, replace)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("symbolic link"), "{e}");
+        }
+        let meta = recording::Meta {
+            version: recording::FORMAT_VERSION,
+            source: "test".into(),
+            epoch_utc_ns: 0,
+            timebase: String::new(),
+            rails: vec!["r".into()],
+            code_channels: vec![],
+            device: None,
+            rig: None,
+            settings: None,
+            derive: None,
+        };
+        let rec = recording::Recording {
+            path: dir.join("none.arrow"),
+            schema: std::sync::Arc::new(recording::schema(&meta)),
+            meta,
+            batches: vec![],
+            finalised: true,
+            damage: vec![],
+        };
+        let csv = export::Options::new(export::Format::Csv);
+        let e = export::export(&rec, &link, &csv).unwrap_err().to_string();
+        assert!(e.contains("symbolic link"), "{e}");
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "theirs");
+        assert!(std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        // A plain file is written as asked.
+        write_output(&dir.join("plain.txt"), "ours").unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
