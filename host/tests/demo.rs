@@ -202,7 +202,8 @@ fn a_partial_window_logger_with_a_5ms_kernel() {
 /// for: a pilot of 1 000 runs plans, and a run planned so plans again, until a run holds
 /// what its own plan asks (twice at most). Then each phase within 5 %, each step within
 /// 5 µs (a bin), the energy within 2 %. A pilot whose correction is flat (no step placed)
-/// gives no plan and is drawn again (three pilots at most). In a release build, two to
+/// gives no plan and is drawn again (three pilots at most); a run holds its plan when its
+/// own plan asks for at most 10 % more. In a release build, two to
 /// four minutes (10 000 to 25 000 executions 1.5-3 ms apart, on the twin in real time):
 /// `cargo test --release -p railtrace --test demo -- --ignored a_50us`.
 #[test]
@@ -239,6 +240,11 @@ fn a_50us_kernel_of_15us_phases_at_the_planners_run_count() {
     };
     // A pilot whose correction came out flat (too few readings to place any step) has no
     // covariance to plan from: another pilot is drawn, three at most.
+    // A run holds its plan when it asks for at most 10 % more than it ran: the plan scales
+    // with the readings' variance, estimated from the run itself with a relative spread of
+    // a few percent (several hundred degrees of freedom), so a run at the planned count
+    // asks again for about that count, give or take that spread.
+    let held = |runs: u64, planned: u64| planned as f64 <= 1.1 * runs as f64;
     let (mut runs, mut plans, mut seed) = (1000, Vec::new(), 1);
     let f = loop {
         let (f, planned) = run(runs, seed);
@@ -251,7 +257,7 @@ fn a_50us_kernel_of_15us_phases_at_the_planners_run_count() {
             continue;
         };
         plans.push((runs, planned));
-        if planned <= runs || plans.len() == 3 {
+        if held(runs, planned) || plans.len() == 3 {
             break f;
         }
         runs = planned;
@@ -262,7 +268,7 @@ fn a_50us_kernel_of_15us_phases_at_the_planners_run_count() {
         "a pilot of 1 000 runs is short: {plans:?}"
     );
     assert!(
-        plans.last().is_some_and(|&(r, p)| p <= r),
+        plans.last().is_some_and(|&(r, p)| held(r, p)),
         "the plan never held: {plans:?}"
     );
     assert!(

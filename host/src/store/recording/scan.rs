@@ -376,7 +376,10 @@ pub(crate) fn scan(file: &mut File, len: u64) -> std::io::Result<Scan> {
     Ok(s)
 }
 
-/// The offset of the next message marker (four 0xFF bytes) at or after `from`.
+/// The offset of the next message marker at or after `from`: four 0xFF bytes followed
+/// by a header length (a multiple of 8, so its first byte is never 0xFF) or by the end
+/// of the file. Inside a run of 0xFF bytes (a validity bitmap) only its last four can
+/// start one.
 fn find_marker(file: &mut File, from: u64, len: u64) -> std::io::Result<Option<u64>> {
     let mut at = from;
     let mut buf = vec![0u8; 1 << 16];
@@ -384,13 +387,18 @@ fn find_marker(file: &mut File, from: u64, len: u64) -> std::io::Result<Option<u
         let n = ((len - at) as usize).min(buf.len());
         file.seek(SeekFrom::Start(at))?;
         file.read_exact(&mut buf[..n])?;
-        if let Some(i) = buf[..n].windows(4).position(|w| w == [0xFF; 4]) {
+        let ends = at + n as u64 == len;
+        let chunk = &buf[..n];
+        let found = (0..=n - 4).find(|&i| {
+            chunk[i..i + 4] == [0xFF; 4] && chunk.get(i + 4).map_or(ends, |&b| b != 0xFF)
+        });
+        if let Some(i) = found {
             return Ok(Some(at + i as u64));
         }
-        if n < 4 {
+        if ends {
             break;
         }
-        at += (n - 3) as u64;
+        at += (n - 4) as u64;
     }
     Ok(None)
 }
