@@ -43,18 +43,7 @@ pub fn check_flips(data: &[u8]) {
     let dir = std::env::temp_dir();
     let path = dir.join(format!("railtrace-fuzz-flips-{}.arrow", std::process::id()));
     let original = WRITTEN.get_or_init(|| {
-        let meta = Meta {
-            version: recording::FORMAT_VERSION,
-            source: "fuzz".into(),
-            epoch_utc_ns: 0,
-            timebase: String::new(),
-            rails: vec!["a".into()],
-            code_channels: vec![],
-            device: None,
-            rig: None,
-            settings: None,
-            derive: None,
-        };
+        let meta = Meta::new("fuzz", &["a"]);
         let _ = std::fs::remove_file(&path);
         let mut w = Writer::create(&path, &meta).expect("the temp dir is writable");
         for k in 0..400u64 {

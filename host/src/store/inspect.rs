@@ -230,7 +230,7 @@ pub fn summarise(path: &Path) -> anyhow::Result<(Summary, Vec<String>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::recording::{Event, Meta, Writer, FORMAT_VERSION};
+    use crate::store::recording::{Event, Meta, Writer};
 
     /// A GPU drawing 250 W whose counter is read at every other poll: the counter's
     /// energy and mean power, from its host read times.
@@ -240,18 +240,7 @@ mod tests {
             "railtrace-inspect-energy-{}.arrow",
             std::process::id()
         ));
-        let meta = Meta {
-            version: FORMAT_VERSION,
-            source: "test".into(),
-            epoch_utc_ns: 0,
-            timebase: String::new(),
-            rails: vec!["r".into()],
-            code_channels: vec![],
-            device: None,
-            rig: None,
-            settings: None,
-            derive: None,
-        };
+        let meta = Meta::new("test", &["r"]);
         let mut w = Writer::create(&path, &meta).unwrap();
         for k in 0..10u32 {
             let polled_ns = 1_000_000_000 + i64::from(k) * 100_000_000;

@@ -80,18 +80,7 @@ mod tests {
                 .to_string();
             assert!(e.contains("symbolic link"), "{e}");
         }
-        let meta = recording::Meta {
-            version: recording::FORMAT_VERSION,
-            source: "test".into(),
-            epoch_utc_ns: 0,
-            timebase: String::new(),
-            rails: vec!["r".into()],
-            code_channels: vec![],
-            device: None,
-            rig: None,
-            settings: None,
-            derive: None,
-        };
+        let meta = recording::Meta::new("test", &["r"]);
         let rec = recording::Recording {
             path: dir.join("none.arrow"),
             schema: std::sync::Arc::new(recording::schema(&meta)),

@@ -216,6 +216,25 @@ pub struct Meta {
     pub derive: Option<Derive>,
 }
 
+impl Meta {
+    /// The metadata of a recording of this format version from `source` with `rails`,
+    /// nothing else known (no device, rig, settings, raw codes or block rows).
+    pub fn new(source: &str, rails: &[&str]) -> Meta {
+        Meta {
+            version: FORMAT_VERSION,
+            source: source.into(),
+            epoch_utc_ns: 0,
+            timebase: String::new(),
+            rails: rails.iter().map(|r| r.to_string()).collect(),
+            code_channels: vec![],
+            device: None,
+            rig: None,
+            settings: None,
+            derive: None,
+        }
+    }
+}
+
 /// How a block row's codes become each sample's volts, amperes and watts: what the
 /// capture did to every sample before format 5, done by the reader instead.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
