@@ -2334,8 +2334,9 @@ impl Iterator for Reader {
             match next {
                 Ok(None) => self.done = true,
                 Ok(Some(Ok(b))) => {
-                    let span = sample_span(&b);
-                    let given = check_kinds(&b, self.blocks).and_then(|()| match &self.upgrade {
+                    let checked = check_kinds(&b, self.blocks);
+                    let span = checked.is_ok().then(|| sample_span(&Rows::new(&b)));
+                    let given = checked.and_then(|()| match &self.upgrade {
                         None => Ok(b),
                         Some(_) if self.blocks && self.raw => Ok(b),
                         Some(schema) if self.blocks => expand(&b, schema, &self.meta),
@@ -2356,31 +2357,12 @@ impl Iterator for Reader {
                             self.queued = Some(b);
                             return Some(Ok(gap));
                         }
-                        Err(why) => {
-                            self.hole = true;
-                            self.damage.push(format!(
-                                "a record batch after row {} is damaged ({}); skipped",
-                                self.rows,
-                                one_line(&why)
-                            ))
-                        }
+                        Err(why) => self.skipped(&why, "skipped"),
                     }
                 }
-                Ok(Some(Err(e))) => {
-                    self.hole = true;
-                    self.damage.push(format!(
-                        "a record batch after row {} is damaged ({}); skipped",
-                        self.rows,
-                        one_line(&e.to_string())
-                    ))
-                }
+                Ok(Some(Err(e))) => self.skipped(&e.to_string(), "skipped"),
                 Err(panic) => {
-                    self.hole = true;
-                    self.damage.push(format!(
-                        "a record batch after row {} is damaged ({}); nothing after it is read",
-                        self.rows,
-                        one_line(&panic)
-                    ));
+                    self.skipped(&panic, "nothing after it is read");
                     self.done = true;
                 }
             }
@@ -2418,6 +2400,17 @@ impl Iterator for Reader {
 }
 
 impl Reader {
+    /// A damaged record batch skipped (`why`, and what follows): named, and its samples
+    /// a hole that the next batch given out marks.
+    fn skipped(&mut self, why: &str, then: &str) {
+        self.hole = true;
+        self.damage.push(format!(
+            "a record batch after row {} is damaged ({}); {then}",
+            self.rows,
+            one_line(why)
+        ));
+    }
+
     /// The gap row to give out before `b`, whose samples span `span`, where a damaged
     /// batch was skipped before it and the samples it held are missing.
     fn hole_before(&mut self, span: Option<&Span>, b: &RecordBatch) -> Option<RecordBatch> {
@@ -2533,46 +2526,42 @@ struct Span {
     period_s: Option<f64>,
 }
 
-/// The samples a batch as read from the file holds: see [`Span`].
-fn sample_span(b: &RecordBatch) -> Option<Span> {
-    let dictionary = b
-        .column(0)
-        .as_any()
-        .downcast_ref::<DictionaryArray<arrow_array::types::Int8Type>>()?;
-    let names = dictionary.values().as_any().downcast_ref::<StringArray>()?;
-    let of_key: Vec<Option<&str>> = names.iter().collect();
-    let col = |n: &str| b.column_by_name(n);
-    let time = col("time_s")?.as_any().downcast_ref::<Float64Array>()?;
-    let index = col("index")?.as_any().downcast_ref::<UInt64Array>()?;
+/// The samples a batch as read from the file holds (`rows`, its kinds checked): see
+/// [`Span`].
+fn sample_span(rows: &Rows<'_>) -> Span {
+    let col = |n: &str| rows.batch.column_by_name(n);
+    let time = col("time_s").and_then(|c| c.as_any().downcast_ref::<Float64Array>());
+    let index = col("index").and_then(|c| c.as_any().downcast_ref::<UInt64Array>());
     let count = col("count").and_then(|c| c.as_any().downcast_ref::<UInt64Array>());
     let duration = col("duration_s").and_then(|c| c.as_any().downcast_ref::<Float64Array>());
-    let get_u = |a: Option<&UInt64Array>, i: usize| a.filter(|a| a.is_valid(i)).map(|a| a.value(i));
-    let get_f =
-        |a: Option<&Float64Array>, i: usize| a.filter(|a| a.is_valid(i)).map(|a| a.value(i));
     let mut span = Span {
         first: None,
         end: None,
         period_s: None,
     };
+    let (Some(time), Some(index)) = (time, index) else {
+        return span;
+    };
     let mut last_sample: Option<(u64, f64)> = None;
-    for (i, key) in dictionary.keys().iter().enumerate() {
-        let name = key.and_then(|k| of_key.get(k as usize).copied().flatten());
-        if !index.is_valid(i) || !time.is_valid(i) {
+    for i in 0..rows.len() {
+        let (Some(at), Some(t)) = (Rows::get(index, i), Rows::get(time, i)) else {
             continue;
-        }
-        let (at, t) = (index.value(i), time.value(i));
-        let (n, d) = match name {
-            Some("sample") => {
+        };
+        let block = rows.is_block(i);
+        let (n, d) = match rows.kind(i) {
+            Kind::Sample => {
                 if let Some((_, u)) = last_sample.filter(|&(j, _)| at == j + 1) {
                     span.period_s = Some(t - u).filter(|p| *p > 0.0).or(span.period_s);
                 }
                 last_sample = Some((at, t));
                 (1, None)
             }
-            Some(k @ ("block" | "gap")) => match get_u(count, i) {
+            _ if !(block || rows.kind(i) == Kind::Gap) => continue,
+            _ => match count.and_then(|c| Rows::get(c, i)) {
                 Some(n) if n > 0 => {
-                    let d = get_f(duration, i).filter(|d| d.is_finite() && *d >= 0.0);
-                    if k == "block" {
+                    let d = (duration.and_then(|c| Rows::get(c, i)))
+                        .filter(|d| d.is_finite() && *d >= 0.0);
+                    if block {
                         span.period_s = d.map(|d| d / n as f64).or(span.period_s);
                         last_sample = None;
                     }
@@ -2580,7 +2569,6 @@ fn sample_span(b: &RecordBatch) -> Option<Span> {
                 }
                 _ => continue,
             },
-            _ => continue,
         };
         span.first.get_or_insert((at, t));
         let end_t = d.map(|d| t + d).or(span.period_s.map(|p| t + n as f64 * p));
@@ -2589,7 +2577,7 @@ fn sample_span(b: &RecordBatch) -> Option<Span> {
             time_s: end_t.unwrap_or(t),
         });
     }
-    Some(span)
+    span
 }
 
 /// The first line of `text`.
