@@ -1359,75 +1359,37 @@ fn subproblem(model: &Model, c: &[f64], lambda: f64, st: &State) -> Option<(Vec<
     let act = &st.active;
     let k = act.len();
     let jumps = act.iter().take_while(|&&m| m < model.n).count();
-    let mut g = vec![0.0; k * k];
-    let mut cp = vec![0.0; k];
-    for (i, &mi) in act.iter().enumerate() {
-        for (j, &mj) in act.iter().enumerate() {
-            g[i * k + j] = model.gram[mi * nv + mj];
-        }
-        cp[i] = c[mi]
-            - if st.theta[mi] != 0.0 {
-                lambda * st.theta[mi]
+    let cp: Vec<f64> = act
+        .iter()
+        .map(|&m| {
+            c[m] - if st.theta[m] != 0.0 {
+                lambda * st.theta[m]
             } else {
                 0.0
-            };
-    }
-    // Tᵀ v for a vector over the active variables.
-    let t_transpose = |v: &[f64]| -> Vec<f64> {
-        (0..k)
-            .map(|s| if s + 1 < jumps { v[s] - v[s + 1] } else { v[s] })
-            .collect()
-    };
-    // G T, column by column, then H = Tᵀ G T.
-    let mut gt = vec![0.0; k * k];
-    for i in 0..k {
-        for s in 0..k {
-            gt[i * k + s] = if s + 1 < jumps {
-                g[i * k + s] - g[i * k + s + 1]
-            } else {
-                g[i * k + s]
-            };
-        }
-    }
-    // r = Tᵀ(c' − G u₀), u₀ = −idle at the first jump.
-    let w: Vec<f64> = (0..k).map(|i| cp[i] + model.idle * g[i * k]).collect();
-    let r = t_transpose(&w);
-    let held: Vec<bool> = (0..k)
-        .map(|s| s < jumps && st.work.binary_search(&act[s]).is_ok())
+            }
+        })
         .collect();
-    let free: Vec<usize> = (0..k).filter(|&s| !held[s]).collect();
-    let f = free.len();
-    let mut h = vec![0.0; f * f];
-    for (a, &s) in free.iter().enumerate() {
-        for (b, &t) in free.iter().enumerate() {
-            h[a * f + b] = if s + 1 < jumps {
-                gt[s * k + t] - gt[(s + 1) * k + t]
-            } else {
-                gt[s * k + t]
-            };
-        }
-    }
+    // r = Tᵀ(c' − G u₀), u₀ = −idle at the first jump.
+    let w: Vec<f64> = (0..k)
+        .map(|i| cp[i] + model.idle * model.gram[act[i] * nv + act[0]])
+        .collect();
+    let r = levels_transpose(&w, jumps);
+    let h = level_gram(model, act, jumps);
+    let free: Vec<usize> = (0..k)
+        .filter(|&s| !(s < jumps && st.work.binary_search(&act[s]).is_ok()))
+        .collect();
     let rf: Vec<f64> = free.iter().map(|&s| r[s]).collect();
-    let xf = solve_dense(&h, &rf, f)?;
+    let xf = h.restrict(&free).solve_refined(&rf)?;
     let mut x = vec![0.0; k];
     for (a, &s) in free.iter().enumerate() {
         x[s] = xf[a];
     }
-    let u: Vec<f64> = (0..k)
-        .map(|s| {
-            if s >= jumps {
-                x[s]
-            } else if s == 0 {
-                x[0] - model.idle
-            } else {
-                x[s] - x[s - 1]
-            }
-        })
-        .collect();
-    let grad: Vec<f64> = (0..k)
-        .map(|i| (0..k).map(|j| g[i * k + j] * u[j]).sum::<f64>() - cp[i])
-        .collect();
-    let gx = t_transpose(&grad);
+    let mut u = levels_to_jumps(&x, jumps);
+    if jumps > 0 {
+        u[0] -= model.idle;
+    }
+    // Tᵀ(G u − c') = H x − r: on a held segment, its multiplier.
+    let gx: Vec<f64> = h.mul(&x).iter().zip(&r).map(|(a, b)| a - b).collect();
     let mu = st
         .work
         .iter()
@@ -1436,65 +1398,59 @@ fn subproblem(model: &Model, c: &[f64], lambda: f64, st: &State) -> Option<(Vec<
     Some((u, mu))
 }
 
-/// Solves `A x = b` (`n × n`, row-major) by LU with partial pivoting and one step of
-/// iterative refinement; `None` for a numerically singular matrix.
-fn solve_dense(a: &[f64], b: &[f64], n: usize) -> Option<Vec<f64>> {
-    let mut lu = a.to_vec();
-    let mut perm: Vec<usize> = (0..n).collect();
-    let scale = a.iter().fold(0.0_f64, |m, v| m.max(v.abs()));
-    if !(scale.is_finite() && scale > 0.0) && n > 0 {
-        return None;
-    }
-    for col in 0..n {
-        let (piv, best) = (col..n)
-            .map(|r| (r, lu[r * n + col].abs()))
-            .fold((col, -1.0), |acc, x| if x.1 > acc.1 { x } else { acc });
-        if best.is_nan() || best <= 1e-15 * scale {
-            return None;
-        }
-        if piv != col {
-            for j in 0..n {
-                lu.swap(col * n + j, piv * n + j);
+/// `Tᵀ v` for the map `T` from the segments' levels to the active jumps (the first
+/// `jumps` of them; the rest stand for themselves): `u_s = x_s − x_{s−1}`.
+fn levels_transpose(v: &[f64], jumps: usize) -> Vec<f64> {
+    (0..v.len())
+        .map(|s| if s + 1 < jumps { v[s] - v[s + 1] } else { v[s] })
+        .collect()
+}
+
+/// `T x`: the jumps between the levels `x` (the first from 0).
+fn levels_to_jumps(x: &[f64], jumps: usize) -> Vec<f64> {
+    (0..x.len())
+        .map(|s| {
+            if s == 0 || s >= jumps {
+                x[s]
+            } else {
+                x[s] - x[s - 1]
             }
-            perm.swap(col, piv);
-        }
-        let d = lu[col * n + col];
-        for r in col + 1..n {
-            let f = lu[r * n + col] / d;
-            lu[r * n + col] = f;
-            if f == 0.0 {
-                continue;
+        })
+        .collect()
+}
+
+/// `H = TᵀG_A T`, the Gram matrix of the segments' levels for the active jumps `act`
+/// (the first `jumps` of them start segments; the rest, the offset correction, stand
+/// for themselves), by its envelope. A segment over cells `[a, b)` is seen by the rows
+/// `[a, b + len − 1)` (`len` the step response's length, constant after it), so the
+/// segments starting at or after `b + len − 1` share no reading with it: those entries
+/// are 0, however the differences of `G`'s entries round.
+fn level_gram(model: &Model, act: &[usize], jumps: usize) -> crate::envelope::Envelope {
+    let nv = model.nv;
+    let reach = model.step.len() - 1;
+    let first = (0..act.len())
+        .map(|t| {
+            if t < jumps {
+                act[1..=t].partition_point(|&end| end + reach <= act[t])
+            } else {
+                0
             }
-            for j in col + 1..n {
-                lu[r * n + j] -= f * lu[col * n + j];
-            }
-        }
-    }
-    let substitute = |rhs: &[f64]| -> Vec<f64> {
-        let mut y: Vec<f64> = perm.iter().map(|&p| rhs[p]).collect();
-        for r in 0..n {
-            let mut acc = y[r];
-            for j in 0..r {
-                acc -= lu[r * n + j] * y[j];
-            }
-            y[r] = acc;
-        }
-        for r in (0..n).rev() {
-            let mut acc = y[r];
-            for j in r + 1..n {
-                acc -= lu[r * n + j] * y[j];
-            }
-            y[r] = acc / lu[r * n + r];
-        }
-        y
-    };
-    let mut x = substitute(b);
-    let residual: Vec<f64> = (0..n)
-        .map(|r| b[r] - (0..n).map(|j| a[r * n + j] * x[j]).sum::<f64>())
+        })
         .collect();
-    let dx = substitute(&residual);
-    x.iter_mut().zip(&dx).for_each(|(xi, d)| *xi += d);
-    x.iter().all(|v| v.is_finite()).then_some(x)
+    // Segment s as jumps: +1 at its start, −1 at the next segment's.
+    let terms = |s: usize| {
+        let next = (s + 1 < jumps).then(|| act[s + 1]);
+        [(act[s], 1.0)].into_iter().chain(next.map(|m| (m, -1.0)))
+    };
+    crate::envelope::Envelope::new(first, |i, j| {
+        let mut acc = 0.0;
+        for (p, sp) in terms(i) {
+            for (q, sq) in terms(j) {
+                acc += sp * sq * model.gram[p * nv + q];
+            }
+        }
+        acc
+    })
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -1698,49 +1654,151 @@ fn estimate(model: &Model, c: &[f64], lambda: f64, tv: &mut State, refit: bool) 
     est
 }
 
-/// Moves the steps of a refitted estimate a cell either way, one at a time, while that
-/// lowers `χ²` (the levels refitted each time): TV chooses how many steps to draw, but
-/// between columns as alike as a long response's step responses a cell apart its path
-/// may take one a cell from where the readings put it (on the twin's 50 µs kernel behind
-/// a 1 ms box at 5 µs cells, a step at 35 µs drawn at 40 µs). Steps beside a segment held
-/// at 0 stay.
+/// Moves the steps of a refitted estimate a cell either way while that lowers `χ²` (the
+/// levels refitted each time), sweeping the steps in order until a sweep moves none: TV
+/// chooses how many steps to draw, but between columns as alike as a long response's step
+/// responses a cell apart its path may take one a cell from where the readings put it (on
+/// the twin's 50 µs kernel behind a 1 ms box at 5 µs cells, a step at 35 µs drawn at
+/// 40 µs). Steps beside a segment held at 0 stay.
+///
+/// A move is first bounded by least squares on the active jumps with no bound on the
+/// power ([`Jumps::moved`], `O(k·b)` for `k` active jumps whose levels each share readings
+/// with `b` others); only a move that bound lets through is refitted, by least squares
+/// again where that keeps the power ≥ 0, else by the constrained solver.
 fn place_steps(model: &Model, c: &[f64], est: &mut State) {
-    // χ² less its constant: uᵀGu − 2uᵀc.
-    let q = |st: &State| {
-        let nv = model.nv;
-        (0..nv)
-            .map(|i| {
-                let gu: f64 = (0..nv).map(|j| model.gram[i * nv + j] * st.u[j]).sum();
-                st.u[i] * (gu - 2.0 * c[i])
+    let nv = model.nv;
+    // χ² less its constant: uᵀGu − 2uᵀc, over the jumps that are not 0.
+    let q = |u: &[f64]| {
+        let nz: Vec<usize> = (0..nv).filter(|&j| u[j] != 0.0).collect();
+        nz.iter()
+            .map(|&i| {
+                let row = &model.gram[i * nv..(i + 1) * nv];
+                let gu: f64 = nz.iter().map(|&j| row[j] * u[j]).sum();
+                u[i] * (gu - 2.0 * c[i])
             })
             .sum::<f64>()
     };
-    let mut best = q(est);
+    let mut best = q(&est.u);
+    let mut fit = None;
     for _ in 0..model.n {
-        let mut better = None;
-        'steps: for &m in est.active.iter().filter(|&&m| m < model.n && model.pen[m]) {
+        let mut moved = false;
+        for i in 0..est.active.len() {
+            let m = est.active[i];
+            if m >= model.n || !model.pen[m] {
+                continue;
+            }
             for to in [m.wrapping_sub(1), m + 1] {
                 let free = to < model.n && model.pen[to] && est.active.binary_search(&to).is_err();
                 if !free || !est.work.is_empty() {
                     continue;
                 }
+                if fit.is_none() {
+                    fit = Jumps::new(model, c, &est.active);
+                }
+                let tol = 1e-12 * best.abs();
+                // Levels that are numerically dependent: the steps stay where TV put them.
+                let Some(f) = &fit else { return };
+                // No refit with the power held ≥ 0 does better than least squares.
+                if f.moved(model, c, i, to)
+                    .is_none_or(|lowest| lowest >= best - tol)
+                {
+                    continue;
+                }
                 let mut trial = est.clone();
-                trial.active.retain(|&a| a != m);
-                let at = trial.active.partition_point(|&a| a < to);
-                trial.active.insert(at, to);
-                (trial.u[to], trial.u[m]) = (trial.u[m], 0.0);
-                solve(model, c, f64::INFINITY, &mut trial);
-                let score = q(&trial);
-                if trial.converged && score < best - 1e-12 * best.abs() {
-                    better = Some((trial, score));
-                    break 'steps;
+                trial.active[i] = to;
+                let moved_fit = Jumps::new(model, c, &trial.active);
+                trial.u[m] = 0.0;
+                if let Some(mf) = &moved_fit {
+                    for (&a, &v) in trial.active.iter().zip(&mf.u) {
+                        trial.u[a] = v;
+                    }
+                }
+                let mut new_fit = moved_fit;
+                if new_fit.is_none() || model.power(&trial.u).iter().any(|&p| p < 0.0) {
+                    trial = est.clone();
+                    trial.active[i] = to;
+                    (trial.u[to], trial.u[m]) = (trial.u[m], 0.0);
+                    solve(model, c, f64::INFINITY, &mut trial);
+                    new_fit = None;
+                }
+                let score = q(&trial.u);
+                if trial.converged && score < best - tol {
+                    (*est, best, fit) = (trial, score, new_fit);
+                    moved = true;
+                    break;
                 }
             }
         }
-        match better {
-            Some((st, score)) => (*est, best) = (st, score),
-            None => return,
+        if !moved {
+            break;
         }
+    }
+}
+
+/// Least squares on a set of active jumps, unbounded: `G_A⁻¹ = T H⁻¹ Tᵀ` by the
+/// Cholesky factor of the levels' Gram matrix `H` ([`level_gram`]), the jumps
+/// `u_A = G_A⁻¹c_A` and their `χ²` less its constant, `−c_Aᵀu_A` (a lower bound for any
+/// refit on `A` that holds the power ≥ 0).
+struct Jumps {
+    active: Vec<usize>,
+    jumps: usize,
+    factor: crate::envelope::Envelope,
+    u: Vec<f64>,
+    q: f64,
+}
+
+impl Jumps {
+    fn new(model: &Model, c: &[f64], active: &[usize]) -> Option<Jumps> {
+        let jumps = active.iter().take_while(|&&m| m < model.n).count();
+        let factor = level_gram(model, active, jumps).cholesky()?;
+        let mut fit = Jumps {
+            active: active.to_vec(),
+            jumps,
+            factor,
+            u: Vec::new(),
+            q: 0.0,
+        };
+        let ca: Vec<f64> = active.iter().map(|&m| c[m]).collect();
+        fit.u = fit.inverse(&ca);
+        fit.q = -ca.iter().zip(&fit.u).map(|(c, u)| c * u).sum::<f64>();
+        fit.q.is_finite().then_some(fit)
+    }
+
+    /// `G_A⁻¹ v`.
+    fn inverse(&self, v: &[f64]) -> Vec<f64> {
+        let x = self.factor.solve(&levels_transpose(v, self.jumps));
+        levels_to_jumps(&x, self.jumps)
+    }
+
+    /// The least `χ²` (less its constant) with active jump `i` moved to the inactive cell
+    /// `to`: jump `i` taken out (`χ²` rises by `u_i²/H_ii`, `H = G_A⁻¹`), then `to` put
+    /// in (it falls by `r²/d`, `r` the gradient at `to`, `d` the part of its column the
+    /// others do not span). None where the others span it (to rounding).
+    fn moved(&self, model: &Model, c: &[f64], i: usize, to: usize) -> Option<f64> {
+        let (nv, k) = (model.nv, self.active.len());
+        // Every product with G_A⁻¹ = T L⁻ᵀ L⁻¹ Tᵀ is a dot product of two L⁻¹ Tᵀ v.
+        let half = |v: &[f64]| self.factor.forward(&levels_transpose(v, self.jumps));
+        let dot = |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(a, b)| a * b).sum::<f64>();
+        let mut e = vec![0.0; k];
+        e[i] = 1.0;
+        let a: Vec<f64> = (0..k)
+            .map(|j| {
+                if j == i {
+                    0.0
+                } else {
+                    model.gram[to * nv + self.active[j]]
+                }
+            })
+            .collect();
+        let (zi, za) = (half(&e), half(&a));
+        let (hii, hia, aha) = (dot(&zi, &zi), dot(&zi, &za), dot(&za, &za));
+        let gtt = model.gram[to * nv + to];
+        // aᵀ(H − h_i h_iᵀ/H_ii)a: `to`'s column as the others span it.
+        let d = gtt - aha + hia * hia / hii;
+        let ui = self.u[i] / hii;
+        let r = c[to] - dot(&a, &self.u) + hia * ui;
+        let q = self.q + self.u[i] * ui - r * r / d;
+        (d > 1e-9 * gtt && q.is_finite()).then_some(q)
     }
 }
 
@@ -2137,12 +2195,11 @@ pub fn deconvolve(input: &Input, options: &Options) -> Result<Deconvolved, Param
         let nb = model.bins as f64;
         let inflate = (nb / (nb - st.df() as f64).max(1.0)).sqrt();
         resid.iter_mut().for_each(|r| *r = (*r - mean) * inflate);
+        // The replicates' readings are drawn in turn from one generator, a batch at a time,
+        // and the batch solved on every core: the band is the same however many there are.
         let mut rng = SplitMix64(options.seed);
-        let cells_n = t.len();
-        let mut samples = vec![Vec::with_capacity(reps); cells_n];
-        let mut energies = Vec::with_capacity(reps);
-        let mut data = model.data.clone();
-        for _ in 0..reps {
+        let mut draw = || {
+            let mut data = model.data.clone();
             for (q, p) in pred.iter().enumerate() {
                 if model.wq[q] > 0.0 {
                     data.bq[q] = p + sigma_q(q) * resid[rng.below(resid.len())];
@@ -2151,14 +2208,41 @@ pub fn deconvolve(input: &Input, options: &Options) -> Result<Deconvolved, Param
             for (i, &k) in model.pre_bins.iter().enumerate() {
                 data.pre[i] = delta + model.sigma_bin[k] * resid[rng.below(resid.len())];
             }
-            let cb = model.rhs(&data);
+            data
+        };
+        let replicate = |data: &Data| {
+            let cb = model.rhs(data);
             let mut tv = chosen.tv.clone();
             let sb = estimate(&model, &cb, chosen.lambda, &mut tv, options.refit);
-            converged &= sb.converged;
             let pb = full_power(&model, c_start, &levels(&model, &sb));
-            energies.push(energy(&t, dt, &pb, input.duration_s, input.idle_w));
-            for (s, v) in samples.iter_mut().zip(&pb) {
-                s.push(*v);
+            let e = energy(&t, dt, &pb, input.duration_s, input.idle_w);
+            (sb.converged, e, pb)
+        };
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut results = Vec::with_capacity(reps);
+        while results.len() < reps {
+            let batch: Vec<Data> = (0..(reps - results.len()).min(4 * threads))
+                .map(|_| draw())
+                .collect();
+            let per = batch.len().div_ceil(threads);
+            std::thread::scope(|scope| {
+                let workers: Vec<_> = batch
+                    .chunks(per)
+                    .map(|chunk| scope.spawn(|| chunk.iter().map(replicate).collect::<Vec<_>>()))
+                    .collect();
+                for w in workers {
+                    results.extend(w.join().expect("a bootstrap replicate panicked"));
+                }
+            });
+        }
+        let cells_n = t.len();
+        let mut samples = vec![Vec::with_capacity(reps); cells_n];
+        let mut energies = Vec::with_capacity(reps);
+        for (ok, e, pb) in results {
+            converged &= ok;
+            energies.push(e);
+            for (s, v) in samples.iter_mut().zip(pb) {
+                s.push(v);
             }
         }
         let a = 0.5 * (1.0 - options.confidence);
@@ -2203,35 +2287,29 @@ pub fn deconvolve(input: &Input, options: &Options) -> Result<Deconvolved, Param
 }
 
 /// [`Deconvolved::cell_cov_w2`]: `s²·L G⁻¹ Lᵀ` (`s` = `scale`, the noise's against the
-/// weights) for the jumps' Gram matrix `G = BᵀWB`
-/// (the offset correction, where fitted, marginalised), `L` the cumulative sum that
-/// makes jumps cell powers.
+/// weights) for the jumps' Gram matrix `G = BᵀWB` (the offset correction, where fitted,
+/// marginalised), `L` the cumulative sum that makes jumps cell powers: `L = T⁻¹`, so it is
+/// `s²·H⁻¹` for the cells' own Gram matrix `H = TᵀGT` ([`level_gram`] with every cell a
+/// segment), whose envelope is the response's length.
 fn cell_covariance(model: &Model, scale: f64) -> Vec<f64> {
     let (n, nv) = (model.n, model.nv);
     if !(scale.is_finite() && scale > 0.0) || n > MAX_PLANNED_CELLS {
         return Vec::new();
     }
-    let Some(inv) = crate::power::invert(&model.gram, nv) else {
+    let every: Vec<usize> = (0..nv).collect();
+    let Some(factor) = level_gram(model, &every, n).cholesky() else {
         return Vec::new();
     };
-    // C_ij = s²·Σ_{a ≤ i} Σ_{b ≤ j} G⁻¹_ab, by prefix sums.
     let mut c = vec![0.0; n * n];
-    for i in 0..n {
-        for j in 0..n {
-            let mut v = inv[i * nv + j];
-            if i > 0 {
-                v += c[(i - 1) * n + j];
-            }
-            if j > 0 {
-                v += c[i * n + j - 1];
-            }
-            if i > 0 && j > 0 {
-                v -= c[(i - 1) * n + j - 1];
-            }
-            c[i * n + j] = v;
+    let mut e = vec![0.0; nv];
+    for j in 0..n {
+        e[j] = 1.0;
+        let column = factor.solve(&e);
+        e[j] = 0.0;
+        for i in 0..n {
+            c[i * n + j] = scale * scale * column[i];
         }
     }
-    c.iter_mut().for_each(|v| *v *= scale * scale);
     c
 }
 
@@ -2293,5 +2371,131 @@ impl SplitMix64 {
     /// Uniform in `0..n` (n ≥ 1).
     fn below(&mut self, n: usize) -> usize {
         ((self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64) * n as f64) as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run read through a 3.4-cell low pass, as the paired K40m logger is: 300 readings
+    /// that see a slow ramp, each cell a free level after TOI 0.
+    fn ramp_model(end_fixed: bool) -> Model {
+        let n = 300;
+        let power_w = (0..n)
+            .map(|i: u32| 60.0 + 0.3 * f64::from(i) + if i % 7 == 0 { 0.4 } else { 0.0 })
+            .collect();
+        let input = Input {
+            profile: Profile {
+                t0_s: -5.0,
+                dt_s: 1.0,
+                power_w,
+                se_w: None,
+                exact: Vec::new(),
+            },
+            logger: LoggerKernel {
+                kernel: exponential_kernel(3.4, 1.0, 40).unwrap(),
+                delay_s: 0.0,
+                gain: 1.02,
+                offset_w: 0.9,
+            },
+            idle_w: 58.0,
+            duration_s: if end_fixed { 250.0 } else { 295.0 },
+        };
+        let options = Options {
+            tail_s: if end_fixed { 0.0 } else { f64::INFINITY },
+            ..Options::default()
+        };
+        Model::new(&input, &options).unwrap()
+    }
+
+    /// The levels' Gram matrix kept by its envelope against `TᵀG_A T` formed in full
+    /// from `G`: equal inside the envelope; outside it the full matrix's entries are
+    /// differences of `G`'s that cancel to rounding, at most `1e-12` of its largest.
+    #[test]
+    fn the_levels_gram_matrix_is_zero_outside_its_envelope() {
+        for end_fixed in [false, true] {
+            let model = ramp_model(end_fixed);
+            let nv = model.nv;
+            // Segments of 1 to 9 cells, and the offset correction where fitted.
+            let mut act: Vec<usize> = Vec::new();
+            let mut m = 0;
+            while m < model.n {
+                act.push(m);
+                m += 1 + (m * 7919) % 9;
+            }
+            let jumps = act.len();
+            act.extend(model.n..nv);
+            let k = act.len();
+            let column = |s: usize| {
+                let mut v = vec![0.0; nv];
+                v[act[s]] = 1.0;
+                if s + 1 < jumps {
+                    v[act[s + 1]] = -1.0;
+                }
+                v
+            };
+            let full = |s: usize, t: usize| {
+                let (a, b) = (column(s), column(t));
+                (0..nv)
+                    .map(|i| a[i] * (0..nv).map(|j| model.gram[i * nv + j] * b[j]).sum::<f64>())
+                    .sum::<f64>()
+            };
+            let h = level_gram(&model, &act, jumps);
+            let largest = (0..k).map(|s| full(s, s).abs()).fold(0.0, f64::max);
+            let mut outside = 0;
+            for s in 0..k {
+                for t in 0..=s {
+                    let (kept, dense) = (h.get(s, t), full(s, t));
+                    if kept == 0.0 {
+                        outside += 1;
+                        assert!(dense.abs() <= 1e-12 * largest, "({s}, {t}): {dense:e}");
+                    } else {
+                        assert!((kept - dense).abs() <= 1e-12 * largest, "({s}, {t})");
+                    }
+                }
+            }
+            assert!(
+                outside > k * k / 4,
+                "the envelope leaves out most of the matrix"
+            );
+        }
+    }
+
+    /// Least squares on a set of steps and the bound on moving one: against a direct
+    /// least squares on the moved set (dense Gauss–Jordan inverse of `G_A`).
+    #[test]
+    fn a_moves_bound_is_the_least_squares_of_the_moved_steps() {
+        let model = ramp_model(true);
+        let c = model.rhs(&model.data);
+        let (nv, gram) = (model.nv, &model.gram);
+        let direct = |act: &[usize]| {
+            let k = act.len();
+            let g: Vec<f64> = act
+                .iter()
+                .flat_map(|&a| act.iter().map(move |&b| gram[a * nv + b]))
+                .collect();
+            let inv = crate::power::invert(&g, k).unwrap();
+            -(0..k)
+                .map(|i| c[act[i]] * (0..k).map(|j| inv[i * k + j] * c[act[j]]).sum::<f64>())
+                .sum::<f64>()
+        };
+        let mut act: Vec<usize> = (0..model.n).step_by(6).collect();
+        act.extend(model.n..nv);
+        let fit = Jumps::new(&model, &c, &act).unwrap();
+        let scale = fit.q.abs();
+        assert!((fit.q - direct(&act)).abs() <= 1e-9 * scale);
+        for i in [1, 2, 17, 40] {
+            for to in [act[i] - 1, act[i] + 1] {
+                let mut moved = act.clone();
+                moved[i] = to;
+                let bound = fit.moved(&model, &c, i, to).unwrap();
+                let want = direct(&moved);
+                assert!(
+                    (bound - want).abs() <= 1e-9 * scale,
+                    "{i} → {to}: {bound} against {want}"
+                );
+            }
+        }
     }
 }

@@ -37,6 +37,7 @@
 pub mod align;
 pub mod binning;
 pub mod deconvolve;
+mod envelope;
 pub mod logger;
 pub mod plan;
 pub mod power;
