@@ -136,6 +136,21 @@ fn a_live_view_records_and_its_recording_browses() {
     assert!(edges.iter().all(|e| e[1] == 0), "{edges:?}");
     let (status, body) = get(addr, "/range?t0=2&t1=1", &local);
     assert_eq!(status, 400, "{body}");
+    // A peer that starts a request and sends no more is cut off: its headers have 10 s.
+    let mut silent = TcpStream::connect(addr).unwrap();
+    write!(silent, "GET / HTTP/1.1\r\nHost: {local}\r\n").unwrap();
+    silent
+        .set_read_timeout(Some(std::time::Duration::from_secs(15)))
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut rest = Vec::new();
+    let closed = match silent.read_to_end(&mut rest) {
+        Ok(_) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+    };
+    assert!(closed, "still open after {:?}", started.elapsed());
+    let (status, _) = get(addr, "/", &local);
+    assert_eq!(status, 200, "the server serves on after closing it");
     let mut child = child;
     child.kill().unwrap();
     child.wait().unwrap();

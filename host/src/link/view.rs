@@ -566,28 +566,52 @@ impl Server {
         let should_stop =
             move || done.load(Ordering::Relaxed) || stop.is_some_and(|s| s.load(Ordering::Relaxed));
         rt.block_on(async move {
-            let serve = axum::serve(
-                listener,
-                router.into_make_service_with_connect_info::<SocketAddr>(),
-            )
-            .with_graceful_shutdown(async move {
-                let mut tick = tokio::time::interval(Duration::from_secs_f64(TICK_S));
-                loop {
-                    tick.tick().await;
-                    if let Source::Live { live, .. } = &app.source {
-                        if let Some(m) = live.drain() {
-                            let _ = app.data.send(m);
+            let mut tick = tokio::time::interval(Duration::from_secs_f64(TICK_S));
+            loop {
+                tokio::select! {
+                    accepted = listener.accept() => {
+                        match accepted {
+                            Ok((socket, peer)) => {
+                                tokio::spawn(connection(socket, peer, router.clone()));
+                            }
+                            // Out of descriptors, or a connection reset before it was
+                            // taken: the next may succeed.
+                            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
                         }
                     }
-                    if should_stop() {
-                        return;
+                    _ = tick.tick() => {
+                        if let Source::Live { live, .. } = &app.source {
+                            if let Some(m) = live.drain() {
+                                let _ = app.data.send(m);
+                            }
+                        }
+                        if should_stop() {
+                            return;
+                        }
                     }
                 }
-            });
-            serve.await
-        })?;
+            }
+        });
         Ok(())
     }
+}
+
+/// How long a connection may take to send a request's headers before it is closed (a
+/// peer that opens connections and sends nothing holds no more than this each).
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serves one connection (HTTP/1, with the websocket's upgrade) with `peer` known to the
+/// routes, closing it when a request's headers take longer than [`HEADER_READ_TIMEOUT`].
+async fn connection(socket: tokio::net::TcpStream, peer: SocketAddr, router: Router) {
+    let service = hyper_util::service::TowerToHyperService::new(
+        router.layer(axum::Extension(ConnectInfo(peer))),
+    );
+    let _ = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .serve_connection(hyper_util::rt::TokioIo::new(socket), service)
+        .with_upgrades()
+        .await;
 }
 
 /// The stop flag of a `railtrace` command (Ctrl-C), for [`Server::run`].
