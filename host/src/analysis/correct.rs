@@ -383,11 +383,12 @@ pub fn write(
         why,
     };
     let batch = table(c, figures).map_err(|e| failed(e.to_string()))?;
-    let file = crate::store::create_output(output).map_err(|e| failed(e.to_string()))?;
-    let mut w = arrow_ipc::writer::StreamWriter::try_new(file, &batch.schema())
+    let mut w = arrow_ipc::writer::StreamWriter::try_new(Vec::new(), &batch.schema())
         .map_err(|e| failed(e.to_string()))?;
     w.write(&batch).map_err(|e| failed(e.to_string()))?;
-    w.finish().map_err(|e| failed(e.to_string()))
+    w.finish().map_err(|e| failed(e.to_string()))?;
+    let bytes = w.into_inner().map_err(|e| failed(e.to_string()))?;
+    crate::store::write_output(output, bytes).map_err(|e| failed(e.to_string()))
 }
 
 /// The corrected profile, one row per cell (`t_s`, `logger_w`, `corrected_w`, `lo_w`,

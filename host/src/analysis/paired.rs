@@ -700,13 +700,11 @@ impl Deconvolution {
     /// The meter's samples unusable, or the file not written.
     pub fn write_csv(&self, rec: &Recorded, path: &Path) -> anyhow::Result<()> {
         use anyhow::Context;
-        use std::io::Write;
+        use std::fmt::Write;
         let d = self;
         let meter = Reference::new(&rec.meter_t, &rec.meter_w)
             .map_err(|e| anyhow::anyhow!("the meter's samples: {e}"))?;
-        let file = crate::store::create_output(path)
-            .with_context(|| format!("cannot create {}", path.display()))?;
-        let mut w = std::io::BufWriter::new(file);
+        let mut w = String::new();
         writeln!(w, "t_s,power_w,lo_w,hi_w,meter_w")?;
         // The last point closes the span; it starts no update of its own.
         for i in 0..d.t_s.len().saturating_sub(1) {
@@ -720,7 +718,7 @@ impl Deconvolution {
                 meter.mean(a, b)
             )?;
         }
-        w.flush()
+        crate::store::write_output(path, w)
             .with_context(|| format!("cannot write {}", path.display()))
     }
 }

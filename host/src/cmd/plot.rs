@@ -112,7 +112,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Some((p, bytes)) => {
             let size = std::fs::metadata(&args.file).map_or(0, |m| m.len());
             let how = format!(
-                " (from the recording's summaries, which hold no edges nor logger readings: {:.1} MB read of {:.1} MB)",
+                " (from the recording's summaries, which hold no edges nor logger readings: {:.1} MB read of {:.1} MB; the samples were neither read nor checked for damage, as `railtrace inspect` checks them)",
                 bytes as f64 / 1e6,
                 size as f64 / 1e6
             );

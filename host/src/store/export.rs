@@ -2,8 +2,9 @@
 //! trace-event JSON trace (to lay over a profiler's timeline). `host/EXPORT.md`
 //! documents the outputs.
 //!
-//! The output is written to `OUT.partial` and renamed to `OUT` at the end, so an export
-//! that fails or is interrupted never leaves a half file under the real name.
+//! The output is written beside `OUT` (`run.partial.parquet` for `run.parquet`) and renamed
+//! to `OUT` at the end, so an export that fails or is interrupted never leaves a half file
+//! under the real name.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -111,18 +112,13 @@ pub fn default_output(recording: &Path, format: Format) -> PathBuf {
     recording.with_extension(format.extension())
 }
 
-/// `path` with `.partial` appended to its file name.
-pub fn partial_path(path: &Path) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".partial");
-    path.with_file_name(name)
-}
+pub use crate::store::partial_path;
 
 fn same_file(a: &Path, b: &Path) -> bool {
     matches!((a.canonicalize(), b.canonicalize()), (Ok(a), Ok(b)) if a == b)
 }
 
-/// Writes `rec` to `out` (through `out.partial`, renamed at the end; `out` is replaced
+/// Writes `rec` to `out` (through its [`partial_path`], renamed at the end; `out` is replaced
 /// if it exists, unless it is the recording itself). The recording is read a record batch
 /// at a time: a file opened with [`crate::store::recording::open`] is exported in bounded
 /// memory, however long it is.

@@ -10,7 +10,7 @@ pub mod recording;
 
 use std::fs::File;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Why an output is refused when it is a symbolic link.
 const LINK: &str = "it is a symbolic link: railtrace never writes through a link nor replaces one (give the file it points to, or another name)";
@@ -37,11 +37,35 @@ pub fn open_no_link(options: &mut std::fs::OpenOptions, path: &Path) -> io::Resu
         })
 }
 
-/// Writes `bytes` to the output `path` (created or emptied), refusing a symbolic link
-/// (see [`refuse_link`]).
+/// Where an output is written before it is renamed to its name: `.partial` put before
+/// its extension (`run.png` → `run.partial.png`, which a writer that goes by the
+/// extension still takes for a PNG), or after a name that has none.
+pub fn partial_path(path: &Path) -> PathBuf {
+    let mut name = path.file_stem().unwrap_or_default().to_os_string();
+    name.push(".partial");
+    if let Some(ext) = path.extension() {
+        name.push(".");
+        name.push(ext);
+    }
+    path.with_file_name(name)
+}
+
+/// Writes `bytes` to the output `path`, refusing a symbolic link (see [`refuse_link`]):
+/// through [`partial_path`], renamed over `path` once whole, so that a run stopped
+/// (Ctrl-C, SIGTERM, a full disk) leaves `path` as it was or complete, never cut.
 pub fn write_output(path: &Path, bytes: impl AsRef<[u8]>) -> io::Result<()> {
     use std::io::Write;
-    create_output(path)?.write_all(bytes.as_ref())
+    refuse_link(path)?;
+    let partial = partial_path(path);
+    let written = create_output(&partial).and_then(|mut f| {
+        f.write_all(bytes.as_ref())?;
+        f.sync_all()?;
+        std::fs::rename(&partial, path)
+    });
+    if written.is_err() {
+        let _ = std::fs::remove_file(&partial);
+    }
+    written
 }
 
 /// Creates (or empties) the output `path`, refusing a symbolic link (see [`refuse_link`]).
@@ -97,8 +121,16 @@ mod tests {
             .unwrap()
             .file_type()
             .is_symlink());
-        // A plain file is written as asked.
-        write_output(&dir.join("plain.txt"), "ours").unwrap();
+        // A plain file is written as asked, and replaced whole: through its `.partial`,
+        // which is gone after; a write that fails leaves the file as it was.
+        let plain = dir.join("plain.txt");
+        write_output(&plain, "ours").unwrap();
+        write_output(&plain, "ours again").unwrap();
+        assert_eq!(std::fs::read_to_string(&plain).unwrap(), "ours again");
+        assert!(!partial_path(&plain).exists());
+        std::fs::create_dir(partial_path(&plain)).unwrap();
+        assert!(write_output(&plain, "lost").is_err());
+        assert_eq!(std::fs::read_to_string(&plain).unwrap(), "ours again");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
