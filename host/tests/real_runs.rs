@@ -228,7 +228,7 @@ fn a_survey_calibrates_each_column_and_cross_validates_the_step_model() {
 }
 
 #[test]
-fn the_3090s_second_long_average_deconvolved_follows_the_meters_steps() {
+fn the_3090s_second_long_average_and_the_k40ms_low_pass_deconvolved_follow_the_meters_steps() {
     let Some(root) = data_root() else { return };
     let dir = TempDir::new("real-deconvolve");
     import(&root, &dir, "Transient_Response/3090_TR", "tr.arrow");
@@ -282,6 +282,31 @@ fn the_3090s_second_long_average_deconvolved_follows_the_meters_steps() {
         "a band holds its value"
     );
     assert!(err.contains("deconvolved"), "{err}");
+
+    // The K40m's 53 ms low pass, read every 15.4 ms over 1 058 updates (the longest run),
+    // deconvolved with the shipped model and its default band: each step within an update
+    // of the meter (raw, 40 ms late), the energy the meter's within 0.5 %.
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../calibration/loggers/k40m-step.toml");
+    import(&root, &dir, "Transient_Response/K40m_TR", "k40m.arrow");
+    let (m, _) = ok(
+        &dir.0,
+        &[
+            "compare",
+            "k40m.arrow",
+            "--logger",
+            model.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    assert!(m["delay_s"].as_f64().unwrap() > 0.03, "{}", m["delay_s"]);
+    let d = &m["deconvolved"];
+    assert_eq!(d["updates"], 1058, "{d}");
+    for s in d["measures"]["steps"].as_array().unwrap() {
+        let delay = s["delay_s"].as_f64().unwrap();
+        assert!(delay.abs() < 0.0154, "{s}");
+    }
+    let e = d["measures"]["energy"]["error"].as_f64().unwrap();
+    assert!(e.abs() < 0.005, "{e}");
 
     // The A100's reading sees a quarter of each update: nothing to deconvolve, and no file.
     import(&root, &dir, "Transient_Response/A100_TR", "a100.arrow");
