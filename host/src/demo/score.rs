@@ -372,7 +372,8 @@ pub struct Profiles {
 
 /// The corrected run `c` held against the twin's `truth`: the host's executions are the
 /// twin's last ones (its scenario's own workload ran before). RMS errors are over the
-/// kernel and the logger's reach after it.
+/// kernel and the logger's reach after it, up to the next execution's start at the
+/// earliest.
 ///
 /// # Errors
 ///
@@ -414,7 +415,8 @@ pub fn score(truth: &Truth, c: &crate::analysis::correct::Corrected) -> anyhow::
         corrected.first().map_or(0.0, |c| c.lo).min(0.0),
         raw.last().map_or(duration + reach, |c| c.hi).min(spacing),
     );
-    let rms_span = (0.0, duration + reach);
+    // Not past the next execution's start: the readings there are of the next one.
+    let rms_span = (0.0, (duration + reach).min(spacing));
     let exact = Score {
         phase_w: st.phase_w.clone(),
         step_s: (st.bounds_s[1..st.bounds_s.len() - 1].iter())
