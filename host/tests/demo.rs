@@ -121,9 +121,12 @@ fn the_default_demo_undoes_the_1ms_box_logger() {
         flat > 50 && rising > 15,
         "{flat} flat and {rising} rising bins"
     );
+    // Two 130 µs phases on 10 µs bins, a calibrated logger, every bin read: in range.
+    assert_eq!(f["validity"]["within_range"], true, "{}", f["validity"]);
     // The report and the exports are there, and are what they say.
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
     assert!(html.contains("<svg") && html.contains("Checks"));
+    assert!(html.contains("Within the range where the correction can be trusted"));
     for file in [
         "profile.arrow",
         "profile.rig.arrow",
@@ -142,6 +145,36 @@ fn the_default_demo_undoes_the_1ms_box_logger() {
             "{file}"
         );
     }
+}
+
+/// Too few runs for the bins: the correction says it is outside the range where it can
+/// be trusted, and why, in its figures and its report.
+#[test]
+fn a_demo_of_too_few_runs_says_it_is_outside_the_range() {
+    let dir = TempDir::new("demo-few");
+    let o = Command::new(env!("CARGO_BIN_EXE_railtrace"))
+        .args(["demo", "--runs", "60", "--json", "--out"])
+        .arg(dir.0.join("out"))
+        .output()
+        .unwrap();
+    let f: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let v = &f["validity"];
+    assert_eq!(v["within_range"], false, "{v}");
+    let outside: Vec<&str> = (v["outside"].as_array().unwrap().iter())
+        .filter_map(|w| w.as_str())
+        .collect();
+    assert!(
+        outside.iter().any(|w| w.contains("under 3 bins")),
+        "{outside:?}"
+    );
+    assert!(outside.iter().any(|w| w.contains("too few")), "{outside:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("OUTSIDE the range where it can be trusted"),
+        "{err}"
+    );
+    let html = std::fs::read_to_string(dir.0.join("out/report.html")).unwrap();
+    assert!(html.contains("Outside the range where the correction can be trusted"));
 }
 
 #[test]

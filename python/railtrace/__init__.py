@@ -422,10 +422,21 @@ class Correction:
     """A stitched logger profile corrected: per cell ``t_s`` (its centre, s on the
     kernel's time axis), the raw stitched ``logger_w``, the ``corrected_w`` power with its
     band ``lo_w``-``hi_w``, and the rig's own profile ``rig_w``; and the figures (energy per
-    execution with its band, the idle level, the regulariser)."""
+    execution with its band, the idle level, the regulariser). ``within_range`` says
+    whether the correction lies where it can be trusted; ``outside_range`` lists each
+    condition that puts it outside (a phase under 3 bins, bins no reading reached, too
+    few executions for its phases, a logger model that is not a calibration)."""
 
     table: pa.Table
     figures: dict
+
+    @property
+    def within_range(self) -> bool:
+        return bool(self.figures["validity"]["within_range"])
+
+    @property
+    def outside_range(self) -> list:
+        return list(self.figures["validity"]["outside"])
 
     def __getattr__(self, name: str) -> Any:
         if name in ("t_s", "logger_w", "corrected_w", "lo_w", "hi_w", "rig_w"):

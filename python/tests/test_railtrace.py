@@ -234,6 +234,9 @@ def test_a_profile_on_the_twin_is_calibrated_and_corrected(profiled):
     assert np.all(c.lo_w <= c.corrected_w + 1e-9) and np.all(c.corrected_w <= c.hi_w + 1e-9)
     assert abs(c.energy_j / c.rig_energy_j - 1) < 0.04, c.figures
     assert c.energy_lo_j <= c.energy_j <= c.energy_hi_j
+    # Its verdict: within range, or each condition that puts it outside, said.
+    assert c.within_range == (not c.outside_range), c.figures["validity"]
+    assert all(isinstance(why, str) and why for why in c.outside_range)
 
     # The model's file reads back the same.
     path = str(out).replace(".arrow", ".logger.toml")

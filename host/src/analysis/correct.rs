@@ -270,6 +270,103 @@ impl Corrected {
     }
 }
 
+impl Corrected {
+    /// Every condition that puts this correction outside the range where it can be
+    /// trusted, as a sentence (none: within range): a logger model that is not a
+    /// calibration (its doubts), a phase of the corrected profile under 3 bins (its level
+    /// is not resolved; a single cell between its neighbours' levels is a step inside
+    /// that cell, not a phase), bins over the kernel and the logger's reach that hold no
+    /// reading (the runs' offsets cover it too sparsely), and fewer executions than
+    /// `plan` needs for its phases (the phases it names, else this profile's shortest).
+    pub fn outside_range(&self, model: &LoggerModel, plan: &PlanFor) -> Vec<String> {
+        let mut why = Vec::new();
+        if !model.doubts.is_empty() {
+            why.push(format!(
+                "the logger model is not a calibration: {}",
+                model.doubts.join("; ")
+            ));
+        }
+        let d = &self.d;
+        for (start, len) in short_phases(&d.t, d.dt_s, &d.power_w, self.duration_s) {
+            why.push(format!(
+                "a phase of {:.0} µs at {:.0} µs is under 3 bins of {:.0} µs: shorter than the bins resolve",
+                len * 1e6,
+                start * 1e6,
+                d.dt_s * 1e6
+            ));
+        }
+        let reach = self.duration_s + self.logger.kernel.len() as f64 * d.dt_s;
+        let seen: Vec<&Point> = (self.analysis.logger.iter())
+            .filter(|p| p.lo_s >= 0.0 && p.hi_s <= reach)
+            .collect();
+        let empty = seen.iter().filter(|p| p.n == 0).count();
+        if empty > 0 {
+            why.push(format!(
+                "{empty} of {} bins over the kernel and the logger's reach hold no reading: the runs' offsets cover it too sparsely",
+                seen.len()
+            ));
+        }
+        // The phases asked for, else this profile's own shortest.
+        let shortest = (phases(&d.t, d.dt_s, &d.power_w, self.duration_s).iter())
+            .map(|p| p.1)
+            .fold(f64::INFINITY, f64::min);
+        let own = PlanFor {
+            phase_s: plan
+                .phase_s
+                .or((shortest.is_finite() && shortest >= 2.5 * d.dt_s).then_some(shortest)),
+            ..*plan
+        };
+        if let Some(need) = self.planned_executions(&own) {
+            let have = self.analysis.executions.len();
+            if need > have as u64 {
+                why.push(format!(
+                    "{have} executions are too few to hold every {:.0} µs phase within {} % at {:.0} % (about {need} would)",
+                    own.cells(d.dt_s) as f64 * d.dt_s * 1e6,
+                    plan.rel_err * 100.0,
+                    plan.confidence * 100.0
+                ));
+            }
+        }
+        why
+    }
+}
+
+/// The verdict of [`Corrected::outside_range`] as `--json` gives it.
+pub fn validity(outside: &[String]) -> serde_json::Value {
+    serde_json::json!({"within_range": outside.is_empty(), "outside": outside})
+}
+
+/// The phases of a piecewise-constant profile (cells centred at `t`, `dt` wide, levels
+/// `w`) over `[0, duration)`, as (start, length), s: its runs of cells of one level, less
+/// a single cell whose level lies between its neighbours' (a step inside it).
+fn phases(t: &[f64], dt: f64, w: &[f64], duration: f64) -> Vec<(f64, f64)> {
+    let mut runs: Vec<(f64, usize, f64)> = Vec::new();
+    for (&tc, &wc) in t.iter().zip(w) {
+        if tc < 0.0 || tc >= duration {
+            continue;
+        }
+        match runs.last_mut() {
+            Some(r) if r.2 == wc => r.1 += 1,
+            _ => runs.push((tc - 0.5 * dt, 1, wc)),
+        }
+    }
+    (0..runs.len())
+        .filter(|&i| {
+            let (_, n, level) = runs[i];
+            let between = |a: f64, b: f64| (a.min(b)..=a.max(b)).contains(&level);
+            !(n == 1 && i > 0 && i + 1 < runs.len() && between(runs[i - 1].2, runs[i + 1].2))
+        })
+        .map(|i| (runs[i].0, runs[i].1 as f64 * dt))
+        .collect()
+}
+
+/// The phases of [`phases`] under 3 cells.
+fn short_phases(t: &[f64], dt: f64, w: &[f64], duration: f64) -> Vec<(f64, f64)> {
+    let mut p = phases(t, dt, w, duration);
+    p.retain(|&(_, len)| len < 2.5 * dt);
+    p
+}
+
 /// How far the rig's stitched profile `rig` lags the GPU's timeline, s: the energy it
 /// still shows past the kernel's end (`duration`, on the GPU's timestamps), over the step
 /// down to idle there. For a linear lag of unit gain, `∫_end^∞ (r − idle) dt = (P_last −
@@ -369,6 +466,7 @@ pub fn figures(
         "plan": c.plan(plan),
         "logger_model": model_path.display().to_string(),
         "family": model.family,
+        "validity": validity(&c.outside_range(model, plan)),
     })
 }
 
@@ -428,6 +526,31 @@ pub fn table(c: &Corrected, figures: &serde_json::Value) -> Result<RecordBatch, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The phases a verdict calls unresolved: on 10 µs cells over a 260 µs kernel, two
+    /// 130 µs phases are resolved; a 20 µs phase between them is not, nor is a one-cell
+    /// spike above both; a single cell between two levels (a step inside it) is no phase.
+    #[test]
+    fn phases_under_three_bins_are_found_and_a_step_inside_a_cell_is_not_one() {
+        let dt = 10e-6;
+        let profile = |levels: &[(usize, f64)]| {
+            let w: Vec<f64> = (levels.iter())
+                .flat_map(|&(n, v)| std::iter::repeat_n(v, n))
+                .chain(std::iter::repeat_n(140.0, 20))
+                .collect();
+            let t: Vec<f64> = (0..w.len()).map(|i| (i as f64 - 2.0 + 0.5) * dt).collect();
+            short_phases(&t, dt, &w, 260e-6)
+        };
+        // Two cells of idle before TOI 0, then the kernel.
+        assert!(profile(&[(2, 140.0), (13, 548.0), (13, 385.0)]).is_empty());
+        let step_inside = profile(&[(2, 140.0), (13, 548.0), (1, 470.0), (12, 385.0)]);
+        assert!(step_inside.is_empty(), "{step_inside:?}");
+        let short = profile(&[(2, 140.0), (12, 548.0), (2, 470.0), (12, 385.0)]);
+        assert_eq!(short.len(), 1, "{short:?}");
+        assert!((short[0].0 - 120e-6).abs() < 1e-12 && (short[0].1 - 20e-6).abs() < 1e-12);
+        let spike = profile(&[(2, 140.0), (13, 548.0), (1, 700.0), (12, 385.0)]);
+        assert_eq!(spike.len(), 1, "{spike:?}");
+    }
 
     /// A rig's stitched profile of a kernel of one level `step` W above 140 W idle, seen
     /// through a first-order lag `tau`, over executions of `durations`: bin means on

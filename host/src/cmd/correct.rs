@@ -71,6 +71,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(plan) = c.plan(&plan) {
         eprintln!("railtrace correct: {plan}");
     }
+    print_validity(&c.outside_range(&model, &plan));
     let figures = figures(&c, &model, &args.logger, &plan);
     let (a, d, idle) = (&c.analysis, &c.d, c.idle_w);
     write(&c, &figures, &args.output)?;
@@ -100,4 +101,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         args.output.display()
     );
     Ok(())
+}
+
+/// The correction's verdict, one line, or a line per condition that puts it outside the
+/// range where it can be trusted.
+pub fn print_validity(outside: &[String]) {
+    if outside.is_empty() {
+        eprintln!("railtrace correct: within the range where it can be trusted");
+    }
+    for why in outside {
+        eprintln!("railtrace correct: OUTSIDE the range where it can be trusted: {why}");
+    }
 }

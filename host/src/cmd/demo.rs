@@ -134,6 +134,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 eprintln!("railtrace correct: {plan}");
             }
         }
+        Stage::Judged(outside) => super::correct::print_validity(outside),
         Stage::Correcting | Stage::Reporting => {}
     })?;
     if args.json {

@@ -175,6 +175,9 @@ pub enum Stage<'a> {
     Correcting,
     /// The logger's profile corrected.
     Corrected(&'a Corrected),
+    /// The conditions that put the correction outside the range where it can be trusted
+    /// ([`Corrected::outside_range`]; none: within it).
+    Judged(&'a [String]),
     /// Scoring and writing the report.
     Reporting,
 }
@@ -263,6 +266,7 @@ pub fn run(req: &Request, on: &mut dyn FnMut(Stage<'_>)) -> Result<Demo, DemoErr
     )?;
     let correct_s = t.elapsed().as_secs_f64();
     on(Stage::Corrected(&c));
+    on(Stage::Judged(&c.outside_range(&cal.model, &req.plan)));
 
     on(Stage::Reporting);
     let t = Instant::now();
@@ -273,7 +277,10 @@ pub fn run(req: &Request, on: &mut dyn FnMut(Stage<'_>)) -> Result<Demo, DemoErr
     let mut figures = figures(req, &setup, &cal, &c, &scored, &checks);
     figures["seconds"] =
         serde_json::json!({"profile": profile_s, "calibrate": cal.seconds, "correct": correct_s});
-    let title = format!("railtrace demo: {}", setup.loaded.scenario.description);
+    let mut title = format!("railtrace demo: {}", setup.loaded.scenario.description);
+    if figures["validity"]["within_range"] == false {
+        title += " — OUTSIDE the range where the correction can be trusted";
+    }
     let table = report::table(&scored.rows);
     correct::write(&c, &figures, &out.join("corrected.arrow"))?;
     let report = report::write(
@@ -472,6 +479,7 @@ fn figures(
         "widened": c.widened(),
         "planned_executions": c.planned_executions(&req.plan),
         "plan": c.plan(&req.plan),
+        "validity": correct::validity(&c.outside_range(&cal.model, &req.plan)),
         "logger": cal.model,
         "idle_w": c.idle_w,
         "reference_lag_s": c.reference_lag_s,

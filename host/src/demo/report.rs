@@ -252,6 +252,18 @@ fn report_html(
     if let Some(plan) = figures["plan"].as_str() {
         let _ = writeln!(h, "<p><b>Plan:</b> {}.</p>", escape(plan));
     }
+    match figures["validity"]["outside"].as_array() {
+        Some(outside) if !outside.is_empty() => {
+            h.push_str(
+                "<p><b>Outside the range where the correction can be trusted:</b></p><ul>\n",
+            );
+            for why in outside.iter().filter_map(|w| w.as_str()) {
+                let _ = writeln!(h, "<li>{}</li>", escape(why));
+            }
+            h.push_str("</ul>\n");
+        }
+        _ => h.push_str("<p><b>Within the range where the correction can be trusted.</b></p>\n"),
+    }
     let _ = writeln!(
         h,
         "<h2>Against the twin's truth</h2><pre>{}</pre>",
