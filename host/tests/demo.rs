@@ -322,6 +322,8 @@ fn a_50us_kernel_of_15us_phases_at_the_planners_run_count() {
 #[ignore]
 fn coverage() {
     let (mut energy_in, mut cells) = (0, std::collections::BTreeMap::new());
+    let (mut half_widths, mut errors, mut after) = (Vec::new(), Vec::new(), (0, 0));
+    let (mut energy_half, mut energy_err) = (Vec::new(), Vec::new());
     let seeds = 20;
     for seed in 1..=seeds {
         let dir = TempDir::new("demo-coverage");
@@ -330,6 +332,9 @@ fn coverage() {
         let e = num(&truth["energy_j"]);
         let band = f["energy_band_j"].as_array().unwrap();
         energy_in += usize::from(num(&band[0]) <= e && e <= num(&band[1]));
+        let corrected = num(&row(&f, "corrected")["energy_j"]);
+        energy_half.push(0.5 * (num(&band[1]) - num(&band[0])) / e);
+        energy_err.push((corrected - e).abs() / e);
         // The truth per cell from profiles.csv, the band from corrected.arrow.
         let csv = std::fs::read_to_string(dir.0.join("profiles.csv")).unwrap();
         let true_w: std::collections::HashMap<i64, f64> = (csv.lines().skip(1))
@@ -339,17 +344,43 @@ fn coverage() {
             })
             .collect();
         let duration = num(&f["duration_s"]);
-        let c = f64_columns(&dir.0.join("corrected.arrow"), &["t_s", "lo_w", "hi_w"]);
-        for ((&t, &lo), &hi) in c[0].iter().zip(&c[1]).zip(&c[2]) {
+        let c = f64_columns(
+            &dir.0.join("corrected.arrow"),
+            &["t_s", "lo_w", "hi_w", "corrected_w"],
+        );
+        for (((&t, &lo), &hi), &w) in c[0].iter().zip(&c[1]).zip(&c[2]).zip(&c[3]) {
             let key = (t * 1e9).round() as i64;
+            let Some(&p) = true_w.get(&key) else { continue };
+            let held = lo - 1e-9 <= p && p <= hi + 1e-9;
             if t > 0.0 && t < duration {
-                if let Some(&p) = true_w.get(&key) {
-                    let held = lo - 1e-9 <= p && p <= hi + 1e-9;
-                    cells.entry(key).or_insert_with(Vec::new).push(held);
-                }
+                cells.entry(key).or_insert_with(Vec::new).push(held);
+                half_widths.push(0.5 * (hi - lo));
+                errors.push((w - p).abs());
+            } else if t >= duration && t < duration + 1e-3 {
+                // The logger's reach after the kernel (its 1 ms box).
+                after.0 += usize::from(held);
+                after.1 += 1;
             }
         }
     }
+    // What the band says against what it holds: reported, for the band's calibration.
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (hw, err) = (median(&mut half_widths), median(&mut errors));
+    println!(
+        "  inside the kernel: median half-width {hw:.2} W, median |error| {err:.2} W ({:.0}×); \
+         over the logger's reach after it: {}/{} cells in the band",
+        hw / err,
+        after.0,
+        after.1
+    );
+    println!(
+        "  energy per execution: median band half-width {:.3} %, median |error| {:.3} %",
+        100.0 * median(&mut energy_half),
+        100.0 * median(&mut energy_err)
+    );
     let (mut held, mut all) = (0, 0);
     for (key, v) in &cells {
         let n = v.iter().filter(|&&h| h).count();
