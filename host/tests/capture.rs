@@ -389,7 +389,11 @@ fn a_second_capture_never_writes_over_the_first() {
         "the first capture's samples: {}",
         s.samples
     );
-    assert_eq!(Some(s.samples), s.acquired);
+    // Every sample the device took is in the file or in a gap row counting it (once, on
+    // a loaded machine, 62 of 30 030 were a gap: the twin falls behind there too).
+    let in_gaps: u64 = s.gaps.iter().filter_map(|g| g.0).sum();
+    assert_eq!(Some(s.samples + in_gaps), s.acquired, "{:?}", s.gaps);
+    assert_eq!(s.unexplained, 0);
 }
 
 fn railtrace(args: &[&str]) -> Output {

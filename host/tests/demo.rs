@@ -339,7 +339,9 @@ fn coverage() {
         let csv = std::fs::read_to_string(dir.0.join("profiles.csv")).unwrap();
         let true_w: std::collections::HashMap<i64, f64> = (csv.lines().skip(1))
             .map(|l| {
-                let v: Vec<f64> = l.split(',').map(|x| x.parse().unwrap()).collect();
+                // The time and the truth; the other columns are empty where a profile
+                // has no value.
+                let v: Vec<f64> = (l.split(',').take(2)).map(|x| x.parse().unwrap()).collect();
                 ((v[0] * 1e3).round() as i64, v[1])
             })
             .collect();
