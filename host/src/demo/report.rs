@@ -349,23 +349,18 @@ pub fn picture(
             Ok(Some(text))
         }
         crate::store::plot::Format::Png => {
-            crate::store::refuse_link(out).map_err(|e| anyhow!("{}: {e}", out.display()))?;
-            let partial = crate::store::partial_path(out);
-            crate::store::create_output(&partial).map_err(|e| anyhow!("{}: {e}", out.display()))?;
-            let drawn = draw(
-                BitMapBackend::new(&partial, size).into_drawing_area(),
-                title,
-                curves,
-                band,
-                wide,
-                zoom,
-            )
-            .map_err(|e| anyhow!("{}: {e}", out.display()))
-            .and_then(|()| Ok(std::fs::rename(&partial, out)?));
-            if drawn.is_err() {
-                let _ = std::fs::remove_file(&partial);
-            }
-            drawn?;
+            crate::store::through_partial(out, |partial| {
+                draw(
+                    BitMapBackend::new(partial, size).into_drawing_area(),
+                    title,
+                    curves,
+                    band,
+                    wide,
+                    zoom,
+                )
+                .map_err(|e| anyhow!("{e}"))
+            })
+            .map_err(|e| anyhow!("{}: {e}", out.display()))?;
             Ok(None)
         }
     }

@@ -118,8 +118,8 @@ fn same_file(a: &Path, b: &Path) -> bool {
     matches!((a.canonicalize(), b.canonicalize()), (Ok(a), Ok(b)) if a == b)
 }
 
-/// Writes `rec` to `out` (through its [`partial_path`], renamed at the end; `out` is replaced
-/// if it exists, unless it is the recording itself). The recording is read a record batch
+/// Writes `rec` to `out` (whole or not at all, [`crate::store::through_partial`]; `out` is
+/// replaced if it exists, unless it is the recording itself). The recording is read a record batch
 /// at a time: a file opened with [`crate::store::recording::open`] is exported in bounded
 /// memory, however long it is.
 pub fn export(rec: &impl Source, out: &Path, opts: &Options) -> Result<Exported, ExportError> {
@@ -133,29 +133,20 @@ pub fn export(rec: &impl Source, out: &Path, opts: &Options) -> Result<Exported,
         path: out.to_path_buf(),
         error,
     };
-    crate::store::refuse_link(out).map_err(|e| fail(e.into()))?;
-    let file = crate::store::create_output(&partial).map_err(|e| fail(e.into()))?;
-    let written = match opts.format {
-        Format::Parquet => write_parquet(rec, &opts.kinds, file),
-        Format::Csv => write_csv(rec, &opts.kinds, file),
-        Format::Perfetto => write_perfetto(rec, opts, file),
-    }
-    .and_then(|(rows, events, file)| {
+    let written = crate::store::through_partial(out, |partial| -> Result<_, BoxError> {
+        let file = crate::store::create_output(partial)?;
+        let (rows, events, file) = match opts.format {
+            Format::Parquet => write_parquet(rec, &opts.kinds, file),
+            Format::Csv => write_csv(rec, &opts.kinds, file),
+            Format::Perfetto => write_perfetto(rec, opts, file),
+        }?;
         file.sync_all()?;
-        drop(file);
-        std::fs::rename(&partial, out)?;
         Ok((rows, events))
     });
-    let (rows, trace_events) = match written {
-        Ok(w) => w,
-        Err(e) => {
-            let _ = std::fs::remove_file(&partial);
-            return Err(match e.downcast::<RecordingError>() {
-                Ok(e) => ExportError::Read(*e),
-                Err(e) => fail(e),
-            });
-        }
-    };
+    let (rows, trace_events) = written.map_err(|e| match e.downcast::<RecordingError>() {
+        Ok(e) => ExportError::Read(*e),
+        Err(e) => fail(e),
+    })?;
     let bytes = std::fs::metadata(out).map_err(|e| fail(e.into()))?.len();
     Ok(Exported {
         path: out.to_path_buf(),

@@ -50,22 +50,33 @@ pub fn partial_path(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
-/// Writes `bytes` to the output `path`, refusing a symbolic link (see [`refuse_link`]):
-/// through [`partial_path`], renamed over `path` once whole, so that a run stopped
-/// (Ctrl-C, SIGTERM, a full disk) leaves `path` as it was or complete, never cut.
-pub fn write_output(path: &Path, bytes: impl AsRef<[u8]>) -> io::Result<()> {
-    use std::io::Write;
+/// Writes the output `path` whole or not at all, refusing a symbolic link (see
+/// [`refuse_link`]): `write` writes its [`partial_path`] (created empty, not through a
+/// link), which is renamed over `path` once `write` succeeds and removed if it fails, so
+/// that a run stopped (Ctrl-C, SIGTERM, a full disk) leaves `path` as it was or complete,
+/// never cut.
+pub fn through_partial<T, E: From<io::Error>>(
+    path: &Path,
+    write: impl FnOnce(&Path) -> Result<T, E>,
+) -> Result<T, E> {
     refuse_link(path)?;
     let partial = partial_path(path);
-    let written = create_output(&partial).and_then(|mut f| {
-        f.write_all(bytes.as_ref())?;
-        f.sync_all()?;
-        std::fs::rename(&partial, path)
-    });
+    create_output(&partial)?;
+    let written = write(&partial).and_then(|v| Ok(std::fs::rename(&partial, path).map(|()| v)?));
     if written.is_err() {
         let _ = std::fs::remove_file(&partial);
     }
     written
+}
+
+/// Writes `bytes` to the output `path`, whole or not at all ([`through_partial`]).
+pub fn write_output(path: &Path, bytes: impl AsRef<[u8]>) -> io::Result<()> {
+    use std::io::Write;
+    through_partial(path, |partial| {
+        let mut f = create_output(partial)?;
+        f.write_all(bytes.as_ref())?;
+        f.sync_all()
+    })
 }
 
 /// Creates (or empties) the output `path`, refusing a symbolic link (see [`refuse_link`]).

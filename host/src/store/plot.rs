@@ -28,38 +28,26 @@ pub(crate) fn register_font() -> anyhow::Result<()> {
 
 /// Draws a picture into `out`, SVG or PNG by its extension: `$draw` is an expression of
 /// the drawing area `$root` (generic drawing code is instantiated once per backend)
-/// returning plotters' `Result`; errors name the file. It is drawn into `out`'s
-/// [`crate::store::partial_path`] and renamed over `out` once whole.
+/// returning plotters' `Result`; errors name the file. It is drawn whole or not at all
+/// ([`crate::store::through_partial`]).
 macro_rules! draw_to {
     ($out:expr, $size:expr, |$root:ident| $draw:expr) => {{
         use plotters::prelude::IntoDrawingArea;
         let out: &std::path::Path = $out;
         let format = $crate::store::plot::Format::of(out)?;
         $crate::store::plot::register_font()?;
-        let fail = |e: &dyn std::fmt::Display| anyhow::anyhow!("{}: {e}", out.display());
-        $crate::store::refuse_link(out).map_err(|e| fail(&e))?;
-        let partial = $crate::store::partial_path(out);
-        $crate::store::create_output(&partial).map_err(|e| fail(&e))?;
-        let drawn = match format {
+        $crate::store::through_partial(out, |partial| match format {
             $crate::store::plot::Format::Svg => {
-                let $root = plotters::prelude::SVGBackend::new(&partial, $size).into_drawing_area();
-                $draw.map_err(|e| fail(&e))
+                let $root = plotters::prelude::SVGBackend::new(partial, $size).into_drawing_area();
+                $draw.map_err(|e| anyhow::anyhow!("{e}"))
             }
             $crate::store::plot::Format::Png => {
                 let $root =
-                    plotters::prelude::BitMapBackend::new(&partial, $size).into_drawing_area();
-                $draw.map_err(|e| fail(&e))
+                    plotters::prelude::BitMapBackend::new(partial, $size).into_drawing_area();
+                $draw.map_err(|e| anyhow::anyhow!("{e}"))
             }
-        }
-        .and_then(|v| {
-            std::fs::rename(&partial, out)
-                .map(|()| v)
-                .map_err(|e| fail(&e))
-        });
-        if drawn.is_err() {
-            let _ = std::fs::remove_file(&partial);
-        }
-        drawn?
+        })
+        .map_err(|e: anyhow::Error| anyhow::anyhow!("{}: {e}", out.display()))?
     }};
 }
 pub(crate) use draw_to;
