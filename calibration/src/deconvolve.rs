@@ -2219,9 +2219,10 @@ pub fn deconvolve(input: &Input, options: &Options) -> Result<Deconvolved, Param
             (sb.converged, e, pb)
         };
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let mut results = Vec::with_capacity(reps);
-        while results.len() < reps {
-            let batch: Vec<Data> = (0..(reps - results.len()).min(4 * threads))
+        let mut samples = vec![Vec::with_capacity(reps); t.len()];
+        let mut energies = Vec::with_capacity(reps);
+        while energies.len() < reps {
+            let batch: Vec<Data> = (0..(reps - energies.len()).min(4 * threads))
                 .map(|_| draw())
                 .collect();
             let per = batch.len().div_ceil(threads);
@@ -2231,19 +2232,15 @@ pub fn deconvolve(input: &Input, options: &Options) -> Result<Deconvolved, Param
                     .map(|chunk| scope.spawn(|| chunk.iter().map(replicate).collect::<Vec<_>>()))
                     .collect();
                 for w in workers {
-                    results.extend(w.join().expect("a bootstrap replicate panicked"));
+                    for (ok, e, pb) in w.join().expect("a bootstrap replicate panicked") {
+                        converged &= ok;
+                        energies.push(e);
+                        for (s, v) in samples.iter_mut().zip(pb) {
+                            s.push(v);
+                        }
+                    }
                 }
             });
-        }
-        let cells_n = t.len();
-        let mut samples = vec![Vec::with_capacity(reps); cells_n];
-        let mut energies = Vec::with_capacity(reps);
-        for (ok, e, pb) in results {
-            converged &= ok;
-            energies.push(e);
-            for (s, v) in samples.iter_mut().zip(pb) {
-                s.push(v);
-            }
         }
         let a = 0.5 * (1.0 - options.confidence);
         for (i, s) in samples.iter_mut().enumerate() {

@@ -287,7 +287,8 @@ impl Corrected {
             ));
         }
         let d = &self.d;
-        for (start, len) in short_phases(&d.t, d.dt_s, &d.power_w, self.duration_s) {
+        let phases = phases(&d.t, d.dt_s, &d.power_w, self.duration_s);
+        for (start, len) in short_phases(&phases, d.dt_s) {
             why.push(format!(
                 "a phase of {:.0} µs at {:.0} µs is under 3 bins of {:.0} µs: shorter than the bins resolve",
                 len * 1e6,
@@ -307,9 +308,7 @@ impl Corrected {
             ));
         }
         // The phases asked for, else this profile's own shortest.
-        let shortest = (phases(&d.t, d.dt_s, &d.power_w, self.duration_s).iter())
-            .map(|p| p.1)
-            .fold(f64::INFINITY, f64::min);
+        let shortest = (phases.iter()).map(|p| p.1).fold(f64::INFINITY, f64::min);
         let own = PlanFor {
             phase_s: plan
                 .phase_s
@@ -361,10 +360,10 @@ fn phases(t: &[f64], dt: f64, w: &[f64], duration: f64) -> Vec<(f64, f64)> {
 }
 
 /// The phases of [`phases`] under 3 cells.
-fn short_phases(t: &[f64], dt: f64, w: &[f64], duration: f64) -> Vec<(f64, f64)> {
-    let mut p = phases(t, dt, w, duration);
-    p.retain(|&(_, len)| len < 2.5 * dt);
-    p
+fn short_phases(phases: &[(f64, f64)], dt: f64) -> Vec<(f64, f64)> {
+    (phases.iter().copied())
+        .filter(|&(_, len)| len < 2.5 * dt)
+        .collect()
 }
 
 /// How far the rig's stitched profile `rig` lags the GPU's timeline, s: the energy it
@@ -539,7 +538,7 @@ mod tests {
                 .chain(std::iter::repeat_n(140.0, 20))
                 .collect();
             let t: Vec<f64> = (0..w.len()).map(|i| (i as f64 - 2.0 + 0.5) * dt).collect();
-            short_phases(&t, dt, &w, 260e-6)
+            short_phases(&phases(&t, dt, &w, 260e-6), dt)
         };
         // Two cells of idle before TOI 0, then the kernel.
         assert!(profile(&[(2, 140.0), (13, 548.0), (13, 385.0)]).is_empty());

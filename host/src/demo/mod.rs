@@ -266,7 +266,8 @@ pub fn run(req: &Request, on: &mut dyn FnMut(Stage<'_>)) -> Result<Demo, DemoErr
     )?;
     let correct_s = t.elapsed().as_secs_f64();
     on(Stage::Corrected(&c));
-    on(Stage::Judged(&c.outside_range(&cal.model, &req.plan)));
+    let outside = c.outside_range(&cal.model, &req.plan);
+    on(Stage::Judged(&outside));
 
     on(Stage::Reporting);
     let t = Instant::now();
@@ -274,7 +275,7 @@ pub fn run(req: &Request, on: &mut dyn FnMut(Stage<'_>)) -> Result<Demo, DemoErr
     let truth = Truth::read(&out.join("truth")).map_err(untrue)?;
     let scored = score::score(&truth, &c).map_err(untrue)?;
     let checks = checks(&scored.rows, &req.tolerances);
-    let mut figures = figures(req, &setup, &cal, &c, &scored, &checks);
+    let mut figures = figures(req, &setup, &cal, &c, &outside, &scored, &checks);
     figures["seconds"] =
         serde_json::json!({"profile": profile_s, "calibrate": cal.seconds, "correct": correct_s});
     let mut title = format!("railtrace demo: {}", setup.loaded.scenario.description);
@@ -461,6 +462,7 @@ fn figures(
     setup: &Setup,
     cal: &Calibrated,
     c: &Corrected,
+    outside: &[String],
     scored: &Scored,
     checks: &[Check],
 ) -> serde_json::Value {
@@ -479,7 +481,7 @@ fn figures(
         "widened": c.widened(),
         "planned_executions": c.planned_executions(&req.plan),
         "plan": c.plan(&req.plan),
-        "validity": correct::validity(&c.outside_range(&cal.model, &req.plan)),
+        "validity": correct::validity(outside),
         "logger": cal.model,
         "idle_w": c.idle_w,
         "reference_lag_s": c.reference_lag_s,
