@@ -93,18 +93,21 @@
 //!
 //! # Uncertainty
 //!
-//! A residual bootstrap with a fixed seed: the standardised residuals `(y_k − ŷ_k)/σ_k`,
-//! centred and inflated by `√(N/(N − df))`, are resampled with replacement onto the
-//! fitted readings, and each replicate is solved (TV, then refit) at the chosen `λ`. The
-//! band is the union of the basic bootstrap interval `[2P̂ − q_{1−a}, 2P̂ − q_a]` and the
-//! percentile one `[q_a, q_{1−a}]` of the replicates, widened to hold the estimate (the
-//! same for the energy): replicates that move a step skew the levels' errors, and the
-//! basic interval alone, mirroring that skew, held the truth in 75 % of the twin's
-//! cells over 20 seeds, the union in 94 %. The two cells each side of a step the profile
-//! draws (but the kernel's start) then take the hull of both bands: cells locate a step
-//! only to a boundary, and the truth there is a ramp over executions whose steps and ends
-//! fall at slightly different times. It holds the estimate's variability under the
-//! data's noise, including where the steps fall, but not the logger model's errors.
+//! A bootstrap of the whole procedure on a replica of the run, with a fixed seed. The
+//! replica is the estimate as executions of spread durations average it
+//! ([`Input::timing_sd_s`]: its steps and end blurred, its start sharp); a replicate's
+//! readings are the replica's model readings plus the standardised residuals
+//! `(y_k − ŷ_k)/σ_k`, centred, inflated by `√(N/(N − df))` and resampled with
+//! replacement. Each replicate is solved as the estimate was, the discrepancy rule
+//! choosing its `λ` again, and then scaled, shifted and moved along the delay by draws of
+//! [`Input::gain_sd`], [`Input::offset_sd_w`] and [`Input::delay_sd_s`]. The band holds
+//! the replicates' errors against the replica about the estimate: the union of the basic
+//! interval (the estimate's error mirrors the replicates') and its mirror image (it
+//! follows them), widened to hold the estimate (the same for the energy); replicates
+//! that move a step skew the levels' errors, and which way the estimate's own error
+//! goes depends on where its step fell. The two cells each side of a step the profile
+//! draws (but the kernel's start) then take the hull of both bands. What it holds on the
+//! twin, and what it leaves out: `README.md`, *Uncertainty*.
 
 use crate::stats::{median, normal_quantile};
 use crate::stitch::ProfileBin;
@@ -538,6 +541,29 @@ pub struct Input {
     /// The execution's duration, s (> 0): the energy is integrated over
     /// `[0, duration]`.
     pub duration_s: f64,
+    /// The standard uncertainty of the watts scale the profile is on, relative (0.002:
+    /// 0.2 %): the reference's calibration that the logger model's gain was identified
+    /// against, and that gain's own error. Each bootstrap replicate scales its power by
+    /// `1 + ε`, `ε` drawn from a normal of this deviation (≥ 0; 0: none).
+    pub gain_sd: f64,
+    /// The standard uncertainty of the power's level, W: the idle level's (its readings'
+    /// scatter, the logger model's offset) and the reference's offsets. The readings tell
+    /// the power's excess over idle, so an error in the idle level moves every cell; each
+    /// replicate is shifted by a draw of this deviation (≥ 0; 0: none).
+    pub offset_sd_w: f64,
+    /// How far apart the executions' ends fall, s (the standard deviation of their
+    /// durations; ≥ 0, 0: not at all). The readings see the mean over executions whose
+    /// steps and ends fall at different times, a ramp where the model draws a step: the
+    /// bootstrap draws its replicates from the estimate so blurred, and holds the
+    /// replicates' errors against that (see [`deconvolve`]).
+    pub timing_sd_s: f64,
+    /// The standard uncertainty of the logger's delay on the profile's timeline, s (≥ 0;
+    /// 0: none): its identification's and the clocks' alignment. A delay off by `δ`
+    /// moves what the readings say of the phases (on the twin's default demo about 2.5 W
+    /// a µs on a 130 µs phase). The estimate's segments are refitted at the delay one
+    /// deviation either side, and each replicate moves along half their difference by a
+    /// normal draw.
+    pub delay_sd_s: f64,
 }
 
 /// How λ is chosen.
@@ -1214,6 +1240,29 @@ impl Model {
         out
     }
 
+    /// Model `b` per row from the powers of the rows' cells `p` (`nr` of them, from the
+    /// first free cell; idle before and after), the offset correction `delta` added:
+    /// [`Model::predict_rows`] for any profile, a tail past the free cells included.
+    fn predict_powers(&self, p: &[f64], delta: f64) -> Vec<f64> {
+        let mut out = vec![delta; self.nr];
+        let mut last = self.idle;
+        for (m, &pm) in p
+            .iter()
+            .chain([self.idle].iter())
+            .enumerate()
+            .take(self.nr + 1)
+        {
+            let um = self.gain * (pm - last);
+            last = pm;
+            if um != 0.0 {
+                for (q, o) in out.iter_mut().enumerate().skip(m) {
+                    *o += um * self.s(q - m);
+                }
+            }
+        }
+        out
+    }
+
     fn chi2(&self, st: &State, data: &Data) -> f64 {
         self.chi2_over(st, data, false)
     }
@@ -1813,6 +1862,111 @@ struct Chosen {
     /// The readings' scatter about the richest fit, relative to the standard errors (NaN
     /// where the rule did not look).
     noise_scale: f64,
+    /// The noise scale the discrepancy test passed `lambda` at; `None` for another rule.
+    test_scale: Option<f64>,
+}
+
+/// The discrepancy principle's test of a fit, `χ² ≤ s²·(ν + z·√(2ν))`, `ν = N − df`, over
+/// the bins whose readings scatter unless hardly any do.
+struct Discrepancy<'a> {
+    model: &'a Model,
+    z: f64,
+    noisy_only: bool,
+    counted: f64,
+}
+
+impl<'a> Discrepancy<'a> {
+    fn new(model: &'a Model, z: f64) -> Self {
+        let noisy_only = model.noisy >= 10;
+        let counted = if noisy_only { model.noisy } else { model.bins } as f64;
+        Discrepancy {
+            model,
+            z,
+            noisy_only,
+            counted,
+        }
+    }
+
+    fn chi2(&self, est: &State, data: &Data) -> f64 {
+        self.model.chi2_over(est, data, self.noisy_only)
+    }
+
+    fn dof(&self, est: &State) -> f64 {
+        (self.counted - est.df() as f64).max(1.0)
+    }
+
+    fn passes(&self, est: &State, data: &Data, scale: f64) -> bool {
+        let dof = self.dof(est);
+        self.chi2(est, data) <= scale * scale * (dof + self.z * (2.0 * dof).sqrt())
+    }
+
+    /// The rule applied again to a bootstrap replicate's readings `data` (right-hand side
+    /// `c`) at the original's noise scale: the largest λ that passes, found from the
+    /// original's `lambda` (warm-started from `tv`) by doubling or halving and then
+    /// bisecting to a factor 1.5 (to 1.1, the K40m's 1 058 updates took 24 s to compare
+    /// instead of 15 s). A replicate solved at the original's λ alone keeps or drops a
+    /// marginal step by chance, its χ² unjudged: on the twin's default demo 36 of 100
+    /// replicates drew the two phases as one flat level, and the band spanned both
+    /// phases.
+    fn rechoose(
+        &self,
+        c: &[f64],
+        data: &Data,
+        scale: f64,
+        lambda: f64,
+        tv: &State,
+        refit: bool,
+    ) -> State {
+        let model = self.model;
+        let at = |lambda: f64, tv: &State| {
+            let mut tv = tv.clone();
+            let est = estimate(model, c, lambda, &mut tv, refit);
+            let ok = self.passes(&est, data, scale);
+            (tv, est, ok)
+        };
+        let (mut tv, est, ok) = at(lambda, tv);
+        let mut pass = ok.then(|| (lambda, tv.clone(), est.clone()));
+        let mut fail = (!ok).then_some(lambda);
+        let mut last = est;
+        let mut l = lambda;
+        for _ in 0..40 {
+            if pass.is_some() && fail.is_some() {
+                break;
+            }
+            l = if ok { 2.0 * l } else { 0.5 * l };
+            let (t, est, passed) = at(l, &tv);
+            tv = t;
+            if passed {
+                pass = Some((l, tv.clone(), est.clone()));
+                if !ok {
+                    break;
+                }
+            } else {
+                fail = Some(l);
+                if ok {
+                    break;
+                }
+                if 4 * est.df() > model.bins {
+                    // The richest fit fails too: take it, as the rule would.
+                    return est;
+                }
+            }
+            last = est;
+        }
+        let (Some((mut lo, mut lo_tv, mut lo_est)), Some(mut hi)) = (pass, fail) else {
+            return last;
+        };
+        while hi / lo > 1.5 {
+            let mid = (lo * hi).sqrt();
+            let (t, est, passed) = at(mid, &lo_tv);
+            if passed {
+                (lo, lo_tv, lo_est) = (mid, t, est);
+            } else {
+                hi = mid;
+            }
+        }
+        lo_est
+    }
 }
 
 fn gcv_score(model: &Model, chi2: f64, st: &State) -> f64 {
@@ -1845,6 +1999,7 @@ fn choose_gcv(model: &Model, c: &[f64], lmax: f64, st0: &State, refit: bool) -> 
                     est: est.clone(),
                     rule: "gcv",
                     noise_scale: f64::NAN,
+                    test_scale: None,
                 },
             ));
         }
@@ -1861,6 +2016,7 @@ fn choose_gcv(model: &Model, c: &[f64], lmax: f64, st0: &State, refit: bool) -> 
             est: st0.clone(),
             rule: "gcv",
             noise_scale: f64::NAN,
+            test_scale: None,
         },
     }
 }
@@ -1884,16 +2040,9 @@ fn choose_discrepancy(
     options: &Options,
     has_se: bool,
 ) -> Option<Chosen> {
-    let z = options.discrepancy_z;
     let refit = options.refit;
-    // The tests count the bins whose readings scatter, unless hardly any do.
-    let noisy_only = model.noisy >= 10;
-    let counted = if noisy_only { model.noisy } else { model.bins } as f64;
-    let chi2 = |est: &State| model.chi2_over(est, &model.data, noisy_only);
-    let passes = |est: &State, scale: f64| {
-        let dof = (counted - est.df() as f64).max(1.0);
-        chi2(est) <= scale * scale * (dof + z * (2.0 * dof).sqrt())
-    };
+    let test = Discrepancy::new(model, options.discrepancy_z);
+    let passes = |est: &State, scale: f64| test.passes(est, &model.data, scale);
     // The halving path, from λ_max to the richest fit.
     let mut path: Vec<(f64, State, State)> = Vec::new();
     let mut tv = st0.clone();
@@ -1910,8 +2059,7 @@ fn choose_discrepancy(
         lambda *= 0.5;
     }
     let rich = &path[path.len() - 1].2;
-    let nu_rich = (counted - rich.df() as f64).max(1.0);
-    let s_rich = (chi2(rich) / nu_rich).sqrt();
+    let s_rich = (test.chi2(rich, &model.data) / test.dof(rich)).sqrt();
     let mut scales = Vec::with_capacity(2);
     // Errors that agree with the scatter are taken, but never as less than it: with
     // hundreds of bins the test's margin is a few per cent of χ², and a scatter 10 %
@@ -1958,6 +2106,7 @@ fn choose_discrepancy(
             est: lo_est,
             rule,
             noise_scale: s_rich,
+            test_scale: Some(scale),
         });
     }
     None
@@ -1975,6 +2124,7 @@ fn choose(model: &Model, c: &[f64], options: &Options, has_se: bool) -> Chosen {
             est,
             rule: "fixed",
             noise_scale: f64::NAN,
+            test_scale: None,
         };
     }
     if lmax.is_nan() || lmax <= 0.0 {
@@ -1987,6 +2137,7 @@ fn choose(model: &Model, c: &[f64], options: &Options, has_se: bool) -> Chosen {
             est,
             rule: "fixed",
             noise_scale: f64::NAN,
+            test_scale: None,
         };
     }
     if options.rule == Rule::Gcv {
@@ -2148,6 +2299,16 @@ pub fn deconvolve(input: &Input, options: &Options) -> Result<Deconvolved, Param
             return Err(ParamError::new("lambda", l, "must be ≥ 0"));
         }
     }
+    for (name, sd) in [
+        ("gain_sd", input.gain_sd),
+        ("offset_sd_w", input.offset_sd_w),
+        ("timing_sd_s", input.timing_sd_s),
+        ("delay_sd_s", input.delay_sd_s),
+    ] {
+        if !(sd.is_finite() && sd >= 0.0) {
+            return Err(ParamError::new(name, sd, "must be finite and ≥ 0"));
+        }
+    }
     let model = Model::new(input, options)?;
     let has_se = input
         .profile
@@ -2173,12 +2334,13 @@ pub fn deconvolve(input: &Input, options: &Options) -> Result<Deconvolved, Param
     let chi2 = model.chi2(st, &model.data);
     let mut converged = st.converged;
 
-    // Residual bootstrap at the chosen λ.
+    // The bootstrap of the whole procedure on the run's replica.
     let mut lo_w = power_w.clone();
     let mut hi_w = power_w.clone();
     let (mut energy_lo_j, mut energy_hi_j) = (energy_j, energy_j);
     let reps = options.bootstrap;
     if reps > 0 {
+        let test = Discrepancy::new(&model, options.discrepancy_z);
         let pred = model.predict_rows(st);
         let delta = model.offset_fit(st);
         let sigma_q = |q: usize| model.sigma_bin[model.bin_of(q).unwrap_or(0)];
@@ -2195,10 +2357,74 @@ pub fn deconvolve(input: &Input, options: &Options) -> Result<Deconvolved, Param
         let nb = model.bins as f64;
         let inflate = (nb / (nb - st.df() as f64).max(1.0)).sqrt();
         resid.iter_mut().for_each(|r| *r = (*r - mean) * inflate);
+        // The replicates' truth: the estimate as executions of spread durations average it
+        // (the estimate itself when they do not spread), on the rows' cells and on every
+        // output cell; the replicates' readings are its model readings.
+        let fixed = (model.c_free - c_start) as usize;
+        let rows_power = if input.timing_sd_s > 0.0 {
+            let start = model.t0 + model.c_free as f64 * model.dt;
+            blurred(
+                &power_w[fixed..fixed + model.nr],
+                start,
+                model.dt,
+                model.idle,
+                input.timing_sd_s / input.duration_s,
+            )
+        } else {
+            power_w[fixed..fixed + model.nr].to_vec()
+        };
+        let pred = if input.timing_sd_s > 0.0 {
+            model.predict_powers(&rows_power, delta)
+        } else {
+            pred
+        };
+        // The delay's effect per cell, and on the energy.
+        let along_delay = if input.delay_sd_s > 0.0 {
+            let [lower, upper] = [-1.0, 1.0].map(|side| {
+                solved_at_delay(input, options, st, side * input.delay_sd_s).map(|(start, p)| {
+                    (0..t.len())
+                        .map(|i| {
+                            let j = c_start + i as i64 - start;
+                            usize::try_from(j)
+                                .ok()
+                                .and_then(|j| p.get(j))
+                                .copied()
+                                .unwrap_or(model.idle)
+                        })
+                        .collect::<Vec<f64>>()
+                })
+            });
+            // A delay that changes the cells solved for leaves the term out.
+            match (lower, upper) {
+                (Ok(lower), Ok(upper)) => Some(
+                    (upper.iter().zip(&lower))
+                        .map(|(u, l)| 0.5 * (u - l))
+                        .collect::<Vec<f64>>(),
+                ),
+                _ => None,
+            }
+        } else {
+            None
+        };
+        let mut replica = power_w.clone();
+        replica[fixed..fixed + model.nr].copy_from_slice(&rows_power);
+        let replica_energy = energy(&t, dt, &replica, input.duration_s, input.idle_w);
         // The replicates' readings are drawn in turn from one generator, a batch at a time,
         // and the batch solved on every core: the band is the same however many there are.
         let mut rng = SplitMix64(options.seed);
         let mut draw = || {
+            // The scale's and the level's draws first, where there are any.
+            let (gain, offset) = if input.gain_sd > 0.0 || input.offset_sd_w > 0.0 {
+                let (a, b) = rng.normal_pair();
+                (1.0 + input.gain_sd * a, input.offset_sd_w * b)
+            } else {
+                (1.0, 0.0)
+            };
+            let delay = if along_delay.is_some() {
+                rng.normal_pair().0
+            } else {
+                0.0
+            };
             let mut data = model.data.clone();
             for (q, p) in pred.iter().enumerate() {
                 if model.wq[q] > 0.0 {
@@ -2208,21 +2434,36 @@ pub fn deconvolve(input: &Input, options: &Options) -> Result<Deconvolved, Param
             for (i, &k) in model.pre_bins.iter().enumerate() {
                 data.pre[i] = delta + model.sigma_bin[k] * resid[rng.below(resid.len())];
             }
-            data
+            (data, gain, offset, delay)
         };
-        let replicate = |data: &Data| {
+        let replicate = |(data, gain, offset, delay): &(Data, f64, f64, f64)| {
             let cb = model.rhs(data);
-            let mut tv = chosen.tv.clone();
-            let sb = estimate(&model, &cb, chosen.lambda, &mut tv, options.refit);
-            let pb = full_power(&model, c_start, &levels(&model, &sb));
-            let e = energy(&t, dt, &pb, input.duration_s, input.idle_w);
+            let sb = match chosen.test_scale {
+                Some(scale) => {
+                    test.rechoose(&cb, data, scale, chosen.lambda, &chosen.tv, options.refit)
+                }
+                None => estimate(
+                    &model,
+                    &cb,
+                    chosen.lambda,
+                    &mut chosen.tv.clone(),
+                    options.refit,
+                ),
+            };
+            let mut pb = full_power(&model, c_start, &levels(&model, &sb));
+            pb.iter_mut().for_each(|p| *p = *p * gain + offset);
+            if let Some(along) = &along_delay {
+                pb.iter_mut().zip(along).for_each(|(p, d)| *p += delay * d);
+            }
+            let idle = input.idle_w * gain + offset;
+            let e = energy(&t, dt, &pb, input.duration_s, idle);
             (sb.converged, e, pb)
         };
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let mut samples = vec![Vec::with_capacity(reps); t.len()];
         let mut energies = Vec::with_capacity(reps);
         while energies.len() < reps {
-            let batch: Vec<Data> = (0..(reps - energies.len()).min(4 * threads))
+            let batch: Vec<(Data, f64, f64, f64)> = (0..(reps - energies.len()).min(4 * threads))
                 .map(|_| draw())
                 .collect();
             let per = batch.len().div_ceil(threads);
@@ -2234,9 +2475,10 @@ pub fn deconvolve(input: &Input, options: &Options) -> Result<Deconvolved, Param
                 for w in workers {
                     for (ok, e, pb) in w.join().expect("a bootstrap replicate panicked") {
                         converged &= ok;
-                        energies.push(e);
-                        for (s, v) in samples.iter_mut().zip(pb) {
-                            s.push(v);
+                        // The replicate's error against its truth, about the estimate.
+                        energies.push(energy_j + e - replica_energy);
+                        for (i, (s, v)) in samples.iter_mut().zip(pb).enumerate() {
+                            s.push(power_w[i] + v - replica[i]);
                         }
                     }
                 }
@@ -2352,6 +2594,65 @@ fn widen_at_steps(t: &[f64], dt: f64, power_w: &[f64], lo_w: &mut [f64], hi_w: &
     }
 }
 
+/// The estimate `est`'s segments refitted with the logger's delay moved by `delay_s`
+/// (least squares, `P ≥ 0`, its steps where they are: the levels' sensitivity to the
+/// delay, not a new choice of steps): its first output cell's global index and its power
+/// on its output cells. An error where the moved delay changes the cells solved for.
+fn solved_at_delay(
+    input: &Input,
+    options: &Options,
+    est: &State,
+    delay_s: f64,
+) -> Result<(i64, Vec<f64>), ParamError> {
+    let mut moved = input.clone();
+    moved.logger.delay_s += delay_s;
+    let model = Model::new(&moved, options)?;
+    if model.nv != est.u.len() {
+        return Err(ParamError::new(
+            "delay_s",
+            delay_s,
+            "changes the cells solved for",
+        ));
+    }
+    let c = model.rhs(&model.data);
+    let mut st = est.clone();
+    st.theta.iter_mut().for_each(|t| *t = 0.0);
+    solve(&model, &c, f64::INFINITY, &mut st);
+    let (c_start, _) = cells(&model);
+    Ok((c_start, full_power(&model, c_start, &levels(&model, &st))))
+}
+
+/// The profile `p` (cells `dt` wide from `start`, s of TOI; idle before and after) as the
+/// mean over executions whose durations spread by `rel_sd` of theirs: an execution
+/// `1 + ε` times as long draws at TOI `t` what the mean one draws at `t/(1 + ε)` (its
+/// start, TOI 0, is its own stamp and stays sharp), `ε` normal of deviation `rel_sd`.
+/// Each cell is the mean over 8 points of it and 16 quantiles of `ε`.
+fn blurred(p: &[f64], start: f64, dt: f64, idle: f64, rel_sd: f64) -> Vec<f64> {
+    const POINTS: usize = 8;
+    const QUANTILES: usize = 16;
+    let eps: Vec<f64> = (0..QUANTILES)
+        .map(|k| rel_sd * normal_quantile((k as f64 + 0.5) / QUANTILES as f64))
+        .collect();
+    let at = |t: f64| {
+        let i = ((t - start) / dt).floor();
+        if t < 0.0 || i < 0.0 || i as usize >= p.len() {
+            idle
+        } else {
+            p[i as usize]
+        }
+    };
+    (0..p.len())
+        .map(|c| {
+            let mut sum = 0.0;
+            for j in 0..POINTS {
+                let t = start + (c as f64 + (j as f64 + 0.5) / POINTS as f64) * dt;
+                sum += eps.iter().map(|e| at(t / (1.0 + e))).sum::<f64>();
+            }
+            sum / (POINTS * QUANTILES) as f64
+        })
+        .collect()
+}
+
 /// SplitMix64 (Steele, Lea & Flood 2014): the bootstrap's fixed-seed generator.
 #[derive(Debug, Clone)]
 struct SplitMix64(u64);
@@ -2365,9 +2666,21 @@ impl SplitMix64 {
         z ^ (z >> 31)
     }
 
+    /// Uniform in `[0, 1)`.
+    fn uniform(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+
     /// Uniform in `0..n` (n ≥ 1).
     fn below(&mut self, n: usize) -> usize {
-        ((self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64) * n as f64) as usize
+        (self.uniform() * n as f64) as usize
+    }
+
+    /// Two independent standard normals (Box-Muller).
+    fn normal_pair(&mut self) -> (f64, f64) {
+        let r = (-2.0 * (1.0 - self.uniform()).ln()).sqrt();
+        let a = std::f64::consts::TAU * self.uniform();
+        (r * a.cos(), r * a.sin())
     }
 }
 
@@ -2398,6 +2711,10 @@ mod tests {
             },
             idle_w: 58.0,
             duration_s: if end_fixed { 250.0 } else { 295.0 },
+            gain_sd: 0.0,
+            offset_sd_w: 0.0,
+            timing_sd_s: 0.0,
+            delay_sd_s: 0.0,
         };
         let options = Options {
             tail_s: if end_fixed { 0.0 } else { f64::INFINITY },

@@ -421,8 +421,10 @@ def calibrate(input: str | os.PathLike, rig: str | os.PathLike | None = None,
 class Correction:
     """A stitched logger profile corrected: per cell ``t_s`` (its centre, s on the
     kernel's time axis), the raw stitched ``logger_w``, the ``corrected_w`` power with its
-    band ``lo_w``-``hi_w``, and the rig's own profile ``rig_w``; and the figures (energy per
-    execution with its band, the idle level, the regulariser). ``within_range`` says
+    95 % band ``lo_w``-``hi_w``, and the rig's own profile ``rig_w``; and the figures (energy
+    per execution with its interval, the idle level, the regulariser, and
+    ``band_carries``: the scale's, level's and delay's uncertainties the band holds and the
+    rig's stated accuracy among them). ``within_range`` says
     whether the correction lies where it can be trusted; ``outside_range`` lists each
     condition that puts it outside (a phase under 3 bins, bins no reading reached, too
     few executions for its phases, a logger model that is not a calibration)."""

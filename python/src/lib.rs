@@ -532,6 +532,7 @@ fn correct<'py>(
                 &model,
                 &logger,
                 bin_us * 1e-6,
+                railtrace::analysis::correct::recorded_accuracy(&rig),
             )?;
             let figures = railtrace::analysis::correct::figures(
                 &c,

@@ -41,6 +41,23 @@ pub struct RigDescription {
     /// Trigger lines.
     #[serde(rename = "trigger", default)]
     pub triggers: Vec<TriggerDescription>,
+    /// How well the rig's total power is known; not given: unknown.
+    #[serde(default)]
+    pub accuracy: Option<Accuracy>,
+}
+
+/// The rig's accuracy on the total power it reads, as standard uncertainties (k = 1): from
+/// its calibration certificate, or from its parts' data-sheet limits before it has one (a
+/// limit `±a` taken as a rectangular distribution, `a/√3`). A corrected profile's band
+/// carries it: the logger's model is identified against the rig, so the rig's scale and
+/// offset are the correction's too.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Accuracy {
+    /// Relative standard uncertainty of the total power's scale (0.002: 0.2 %).
+    pub gain_sd: f64,
+    /// Standard uncertainty of the total power's offset, W.
+    pub offset_sd_w: f64,
 }
 
 /// The ADC of the rig, with what its datasheet says it can do.
@@ -277,6 +294,18 @@ impl RigDescription {
         for r in &self.rails {
             if !(r.nominal_v.is_finite() && r.nominal_v > 0.0) {
                 return Err(RigError::NotPositive(format!("rail {} nominal_v", r.name)));
+            }
+        }
+        if let Some(a) = self.accuracy {
+            for (name, v) in [
+                ("accuracy.gain_sd", a.gain_sd),
+                ("accuracy.offset_sd_w", a.offset_sd_w),
+            ] {
+                if !(v.is_finite() && v >= 0.0) {
+                    return Err(RigError::Mismatch(format!(
+                        "{name} must be finite and ≥ 0, not {v}"
+                    )));
+                }
             }
         }
         Ok(())
@@ -722,6 +751,11 @@ mod tests {
                 "sensitivity = 0.5",
                 "sensitivity = 1e6",
                 "a rail's sensor reads 0.1 to 1000 V full scale",
+            ),
+            (
+                "gain_sd = 0.0021",
+                "gain_sd = -0.0021",
+                "accuracy.gain_sd must be finite and ≥ 0",
             ),
         ];
         for (from, to, words) in refused {

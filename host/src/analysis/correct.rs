@@ -13,9 +13,11 @@ use railtrace_calibration::deconvolve::{
 use railtrace_calibration::stats::median;
 use railtrace_calibration::stitch::ProfileBin;
 
+use railtrace_rig::Accuracy;
+
 use crate::analysis::logger_model::LoggerModel;
 use crate::analysis::stitch::{
-    analyse, execution_durations, Analysis, AnalysisError, Options, Point,
+    analyse, execution_durations, Analysis, AnalysisError, Link, Options, Point,
 };
 
 /// Why a profile could not be corrected.
@@ -83,6 +85,8 @@ pub struct Corrected {
     pub idle_w: f64,
     /// The kept executions' mean duration, s.
     pub duration_s: f64,
+    /// Their standard deviation, s: how far apart the executions' ends (and steps) fall.
+    pub duration_sd_s: f64,
     /// How far the reference lags the GPU's timeline, as the model's negative delay
     /// says, s (0 for a delay ≥ 0).
     pub reference_lag_s: f64,
@@ -93,16 +97,30 @@ pub struct Corrected {
     /// Logger readings per bin of the width asked for, on average over the kernel and
     /// the logger's reach after it.
     pub readings_per_bin: f64,
+    /// The rig's stated accuracy the band carries; `None` where it was not known (the band
+    /// then leaves the reference's own calibration out).
+    pub reference: Option<Accuracy>,
+    /// The relative standard uncertainty of the profile's scale the band carries: the
+    /// rig's and the logger model's gain.
+    pub gain_sd: f64,
+    /// The standard uncertainty of the profile's level the band carries, W: the idle
+    /// level's scatter, the logger model's offset and the rig's.
+    pub offset_sd_w: f64,
+    /// The standard uncertainty of the logger's delay on the GPU's timeline the band
+    /// carries, s: the model's and the clock links'.
+    pub delay_sd_s: f64,
 }
 
 /// Deconvolves the stitched logger profile of `profile` (its rig capture `rig`) with
-/// `model`, on bins `bin_s` wide.
+/// `model`, on bins `bin_s` wide; the band carries the rig's stated accuracy `reference`
+/// where it is known ([`recorded_accuracy`]).
 pub fn correct(
     profile: &Path,
     rig: &Path,
     model: &LoggerModel,
     model_path: &Path,
     bin_s: f64,
+    reference: Option<Accuracy>,
 ) -> Result<Corrected, CorrectError> {
     // Readings hold the kernel for up to a window (and the delay) after its end: stitch
     // that far and more past the executions' typical length.
@@ -148,8 +166,11 @@ pub fn correct(
         (kept.iter().map(|d| (d - duration).powi(2)).sum::<f64>() / kept.len() as f64).sqrt();
     let reference_lag_s =
         reference_lag(&a.rig, duration, spread).unwrap_or((-model.delay_s).max(0.0));
-    let h = kernel(&response, dt, (model.delay_s + reference_lag_s).max(0.0))
-        .map_err(|e| unusable(&e))?;
+    // The kernel holds the delay where it is ≥ 0; a total below 0 (the model's and the
+    // lag's errors about a logger that reads at once) is the deconvolution's to
+    // interpolate, not clamped to 0, which moved the phases by about 2.5 W a µs.
+    let total_delay_s = model.delay_s + reference_lag_s;
+    let h = kernel(&response, dt, total_delay_s.max(0.0)).map_err(|e| unusable(&e))?;
     // The idle level: the logger's readings long after the kernel (its reach over), made
     // reference watts through the model's gain and offset.
     let reach = duration + h.len() as f64 * dt;
@@ -166,11 +187,39 @@ pub fn correct(
         });
     }
     let idle = late.iter().sum::<f64>() / late.len() as f64;
+    // What the band carries beyond the readings' noise: the idle level's own scatter
+    // (the late bins are independent means), the logger model's gain and offset, and
+    // the rig's accuracy, all as standard deviations combined in quadrature.
+    let idle_se = if late.len() > 1 {
+        let var = late.iter().map(|w| (w - idle).powi(2)).sum::<f64>() / (late.len() - 1) as f64;
+        (var / late.len() as f64).sqrt()
+    } else {
+        0.0
+    };
+    let (ref_gain, ref_offset) = reference.map_or((0.0, 0.0), |a| (a.gain_sd, a.offset_sd_w));
+    let finite = |x: f64| if x.is_finite() { x } else { 0.0 };
+    let gain_sd = ref_gain.hypot(finite(model.gain_se / model.gain));
+    let offset_sd_w = ref_offset
+        .hypot(idle_se)
+        .hypot(finite(model.offset_se_w / model.gain));
+    // The logger's delay on the GPU's timeline: the model's, known to its identification's
+    // error, plus the reference's lag, read through the rig's and the GPU's clock links,
+    // each link's offset known to its residuals' RMS over √(points).
+    let link_se = |l: &Link| {
+        if l.used > 0 {
+            finite(l.rms_s / (l.used as f64).sqrt())
+        } else {
+            0.0
+        }
+    };
+    let delay_sd_s = finite(model.delay_se_s)
+        .hypot(link_se(&a.device))
+        .hypot(link_se(&a.gpu));
     let stitched = Profile::from_bins(&bins(&a.logger))
         .map_err(|e| CorrectError::Deconvolution(format!("the stitched profile: {e}")))?;
     let logger = LoggerKernel {
         kernel: h,
-        delay_s: 0.0,
+        delay_s: total_delay_s.min(0.0),
         gain: model.gain,
         offset_w: model.offset_w,
     };
@@ -180,6 +229,10 @@ pub fn correct(
             logger: logger.clone(),
             idle_w: idle,
             duration_s: duration,
+            gain_sd,
+            offset_sd_w,
+            timing_sd_s: spread,
+            delay_sd_s,
         },
         &DeconvolveOptions::default(),
     )
@@ -190,10 +243,24 @@ pub fn correct(
         logger,
         idle_w: idle,
         duration_s: duration,
+        duration_sd_s: spread,
         reference_lag_s,
         requested_bin_s: bin_s,
         readings_per_bin,
+        reference,
+        gain_sd,
+        offset_sd_w,
+        delay_sd_s,
     })
+}
+
+/// The rig's stated accuracy from the description its capture `rig` recorded, where it
+/// recorded one that states it.
+pub fn recorded_accuracy(rig: &Path) -> Option<Accuracy> {
+    let text = crate::store::recording::open(rig).ok()?.meta.rig?;
+    toml::from_str::<railtrace_rig::RigDescription>(&text)
+        .ok()?
+        .accuracy
 }
 
 /// The fewest logger readings a bin must hold on average, over the kernel and the
@@ -287,7 +354,8 @@ impl Corrected {
             ));
         }
         let d = &self.d;
-        let phases = phases(&d.t, d.dt_s, &d.power_w, self.duration_s);
+        let ramp = (4.0 * self.duration_sd_s).max(d.dt_s);
+        let phases = phases(&d.t, d.dt_s, &d.power_w, self.duration_s, ramp);
         for (start, len) in short_phases(&phases, d.dt_s) {
             why.push(format!(
                 "a phase of {:.0} µs at {:.0} µs is under 3 bins of {:.0} µs: shorter than the bins resolve",
@@ -337,8 +405,10 @@ pub fn validity(outside: &[String]) -> serde_json::Value {
 
 /// The phases of a piecewise-constant profile (cells centred at `t`, `dt` wide, levels
 /// `w`) over `[0, duration)`, as (start, length), s: its runs of cells of one level, less
-/// a single cell whose level lies between its neighbours' (a step inside it).
-fn phases(t: &[f64], dt: f64, w: &[f64], duration: f64) -> Vec<(f64, f64)> {
+/// the runs no longer than `ramp` s whose level lies between their neighbours': a step
+/// inside a cell, or one blurred over a few cells because the executions' steps fall at
+/// different times (`ramp` about four of their durations' standard deviations).
+fn phases(t: &[f64], dt: f64, w: &[f64], duration: f64, ramp: f64) -> Vec<(f64, f64)> {
     let mut runs: Vec<(f64, usize, f64)> = Vec::new();
     for (&tc, &wc) in t.iter().zip(w) {
         if tc < 0.0 || tc >= duration {
@@ -349,12 +419,24 @@ fn phases(t: &[f64], dt: f64, w: &[f64], duration: f64) -> Vec<(f64, f64)> {
             _ => runs.push((tc - 0.5 * dt, 1, wc)),
         }
     }
+    // Runs between their neighbours' levels; consecutive ones are one ramp, dropped when
+    // it spans no more than `ramp`.
+    let inner = |i: usize| {
+        let between = |a: f64, b: f64| (a.min(b)..=a.max(b)).contains(&runs[i].2);
+        i > 0 && i + 1 < runs.len() && between(runs[i - 1].2, runs[i + 1].2)
+    };
+    let mut keep = vec![true; runs.len()];
+    let mut i = 0;
+    while i < runs.len() {
+        let end = (i..runs.len()).find(|&j| !inner(j)).unwrap_or(runs.len());
+        let span: usize = runs[i..end].iter().map(|r| r.1).sum();
+        if end > i && span as f64 * dt <= ramp * (1.0 + 1e-9) {
+            keep[i..end].iter_mut().for_each(|k| *k = false);
+        }
+        i = end + 1;
+    }
     (0..runs.len())
-        .filter(|&i| {
-            let (_, n, level) = runs[i];
-            let between = |a: f64, b: f64| (a.min(b)..=a.max(b)).contains(&level);
-            !(n == 1 && i > 0 && i + 1 < runs.len() && between(runs[i - 1].2, runs[i + 1].2))
-        })
+        .filter(|&i| keep[i])
         .map(|i| (runs[i].0, runs[i].1 as f64 * dt))
         .collect()
 }
@@ -366,18 +448,67 @@ fn short_phases(phases: &[(f64, f64)], dt: f64) -> Vec<(f64, f64)> {
         .collect()
 }
 
-/// How far the rig's stitched profile `rig` lags the GPU's timeline, s: the energy it
-/// still shows past the kernel's end (`duration`, on the GPU's timestamps), over the step
-/// down to idle there. For a linear lag of unit gain, `∫_end^∞ (r − idle) dt = (P_last −
-/// idle)·L`, `L` the lag's mean delay, exactly when the last phase outlasts the lag; bins
-/// are integrals, so their width does not bias it. The executions' durations spread by
-/// `spread` (s, their standard deviation) about their mean: the longer ones put energy
-/// past the mean end, the shorter ones end their lag's tail before it, which cancel to
-/// first order while the spread is within the lag (beyond, the excess is about
-/// `(0.4·spread + lag/2)·step`), so the lag is taken only there. `None` where the
-/// profile cannot tell (no idle after the kernel's tail, no step at its end, a lag
-/// outside `[0, duration/2]`, or a spread that blurs it).
+/// How far the rig's stitched profile `rig` lags the GPU's timeline, s, from the energy
+/// it is missing after the kernel's start, over the step up from idle there (a linear lag
+/// of unit gain misses `(P_first − idle)·L` of a first phase that outlasts it, `L` its mean
+/// delay); where the first phase is not level long enough to tell, from the energy it
+/// still shows after the kernel's end (`duration`, on the GPU's timestamps), likewise.
+/// The start is each execution's own stamp, sharp; the ends spread with the durations
+/// (`spread`, s, their standard deviation), and the end's reading scattered over 0.25 µs
+/// between runs of the twin's default demo and read 0.2 µs long on average, where the
+/// start's scattered over 0.09 µs. `None` where neither tells (no idle after the
+/// kernel's tail, no step, a lag outside `[0, duration/2]`, or ends spread past it).
 fn reference_lag(rig: &[Point], duration: f64, spread: f64) -> Option<f64> {
+    let from_end = end_lag(rig, duration, spread);
+    let with = |p: &&Point| p.n > 0 && p.mean_w.is_finite();
+    let width = rig.iter().find(with)?.hi_s - rig.iter().find(with)?.lo_s;
+    // The rise: bins from TOI 0 over eight lags (three bins at least); the first
+    // phase's level: the median of the bins over as long again, which must be level
+    // (within 2 % of the step) and inside the kernel.
+    let rise = (8.0 * from_end.unwrap_or(width)).max(3.0 * width);
+    let level: Vec<f64> = (rig.iter().filter(with))
+        .filter(|p| p.lo_s >= rise - 1e-12 && p.hi_s <= 2.0 * rise + 1e-12)
+        .map(|p| p.mean_w)
+        .collect();
+    let first = median(&level);
+    let idle = late_idle(rig, duration, width)?;
+    let step = first - idle;
+    let flat = level.iter().fold(0.0_f64, |m, w| m.max((w - first).abs()));
+    let missing: f64 = (rig.iter().filter(with))
+        .filter(|p| p.lo_s >= -1e-12 && p.hi_s <= rise + 1e-12)
+        .map(|p| (first - p.mean_w) * (p.hi_s - p.lo_s))
+        .sum();
+    let lag = missing / step;
+    let usable = level.len() >= 2
+        && 2.0 * rise <= duration
+        && step.abs() > 0.0
+        && flat <= 0.02 * step.abs()
+        && (0.0..=0.5 * duration).contains(&lag);
+    if usable {
+        Some(lag)
+    } else {
+        from_end
+    }
+}
+
+/// The rig's idle level after the kernel's end (`duration`): the median of its bins from
+/// a quarter of the kernel or ten bins of `width` after it, whichever is later.
+fn late_idle(rig: &[Point], duration: f64, width: f64) -> Option<f64> {
+    let until = duration + (0.25 * duration).max(10.0 * width);
+    let after: Vec<f64> = (rig.iter())
+        .filter(|p| p.n > 0 && p.mean_w.is_finite() && p.lo_s >= until)
+        .map(|p| p.mean_w)
+        .collect();
+    let idle = median(&after);
+    idle.is_finite().then_some(idle)
+}
+
+/// [`reference_lag`] from the kernel's end: the energy the rig still shows after it,
+/// over the step down to idle there. The longer executions put energy past the mean
+/// end, the shorter ones end their lag's tail before it, which cancel to first order
+/// while the spread is within the lag (beyond, the excess is about
+/// `(0.4·spread + lag/2)·step`), so it is taken only there.
+fn end_lag(rig: &[Point], duration: f64, spread: f64) -> Option<f64> {
     let with = |p: &&Point| p.n > 0 && p.mean_w.is_finite();
     let last = rig.iter().filter(with).rfind(|p| p.hi_s <= duration)?;
     // The tail: the bins from the one holding the end, over a quarter of the kernel or
@@ -385,11 +516,7 @@ fn reference_lag(rig: &[Point], duration: f64, spread: f64) -> Option<f64> {
     // the last phase's level. The idle level: the bins after it.
     let width = last.hi_s - last.lo_s;
     let until = duration + (0.25 * duration).max(10.0 * width);
-    let after: Vec<f64> = (rig.iter().filter(with))
-        .filter(|p| p.lo_s >= until)
-        .map(|p| p.mean_w)
-        .collect();
-    let idle = median(&after);
+    let idle = late_idle(rig, duration, width)?;
     let step = last.mean_w - idle;
     let mut excess = 0.0;
     for p in rig.iter().filter(with) {
@@ -401,8 +528,7 @@ fn reference_lag(rig: &[Point], duration: f64, spread: f64) -> Option<f64> {
         }
     }
     let lag = excess / step;
-    (idle.is_finite() && step.abs() > 0.0 && (0.0..=0.5 * duration).contains(&lag) && spread <= lag)
-        .then_some(lag)
+    (step.abs() > 0.0 && (0.0..=0.5 * duration).contains(&lag) && spread <= lag).then_some(lag)
 }
 
 /// What the correction's planner plans for: every phase at least `phase_s` long (3 bins
@@ -461,11 +587,28 @@ pub fn figures(
         "bin_s": d.dt_s,
         "requested_bin_s": c.requested_bin_s,
         "readings_per_bin": c.readings_per_bin,
+        "band_carries": band_carries(c),
         "planned_executions": c.planned_executions(plan),
         "plan": c.plan(plan),
         "logger_model": model_path.display().to_string(),
         "family": model.family,
         "validity": validity(&c.outside_range(model, plan)),
+    })
+}
+
+/// What the band and the energy's interval carry beyond the readings' noise and the
+/// regulariser's choice of steps (the bootstrap's replicates, each chosen by the rule
+/// again): the scale's and the level's standard uncertainties and the rig's stated
+/// accuracy among them (null where the rig's description states none).
+pub fn band_carries(c: &Corrected) -> serde_json::Value {
+    serde_json::json!({
+        "bootstrap_replicates": c.d.bootstrap,
+        "confidence": c.d.confidence,
+        "gain_sd": c.gain_sd,
+        "offset_sd_w": c.offset_sd_w,
+        "delay_sd_s": c.delay_sd_s,
+        "timing_sd_s": c.duration_sd_s,
+        "reference_accuracy": c.reference.map(|a| serde_json::json!({"gain_sd": a.gain_sd, "offset_sd_w": a.offset_sd_w})),
     })
 }
 
@@ -528,18 +671,20 @@ mod tests {
 
     /// The phases a verdict calls unresolved: on 10 µs cells over a 260 µs kernel, two
     /// 130 µs phases are resolved; a 20 µs phase between them is not, nor is a one-cell
-    /// spike above both; a single cell between two levels (a step inside it) is no phase.
+    /// spike above both; a single cell between two levels (a step inside it) is no phase,
+    /// nor are cells stepping down between them over the span the executions' steps blur.
     #[test]
     fn phases_under_three_bins_are_found_and_a_step_inside_a_cell_is_not_one() {
         let dt = 10e-6;
-        let profile = |levels: &[(usize, f64)]| {
+        let profile_blurred = |levels: &[(usize, f64)], ramp: f64| {
             let w: Vec<f64> = (levels.iter())
                 .flat_map(|&(n, v)| std::iter::repeat_n(v, n))
                 .chain(std::iter::repeat_n(140.0, 20))
                 .collect();
             let t: Vec<f64> = (0..w.len()).map(|i| (i as f64 - 2.0 + 0.5) * dt).collect();
-            short_phases(&phases(&t, dt, &w, 260e-6), dt)
+            short_phases(&phases(&t, dt, &w, 260e-6, ramp), dt)
         };
+        let profile = |levels: &[(usize, f64)]| profile_blurred(levels, dt);
         // Two cells of idle before TOI 0, then the kernel.
         assert!(profile(&[(2, 140.0), (13, 548.0), (13, 385.0)]).is_empty());
         let step_inside = profile(&[(2, 140.0), (13, 548.0), (1, 470.0), (12, 385.0)]);
@@ -548,6 +693,21 @@ mod tests {
         assert_eq!(short.len(), 1, "{short:?}");
         assert!((short[0].0 - 120e-6).abs() < 1e-12 && (short[0].1 - 20e-6).abs() < 1e-12);
         let spike = profile(&[(2, 140.0), (13, 548.0), (1, 700.0), (12, 385.0)]);
+        assert_eq!(spike.len(), 1, "{spike:?}");
+        // A step blurred over three cells: a ramp where the executions' steps spread
+        // over 30 µs, phases where they fall within 20 µs.
+        let ramp = [
+            (2, 140.0),
+            (11, 548.0),
+            (1, 500.0),
+            (1, 450.0),
+            (1, 400.0),
+            (12, 385.0),
+        ];
+        assert!(profile_blurred(&ramp, 30e-6).is_empty());
+        assert_eq!(profile_blurred(&ramp, 20e-6).len(), 3);
+        // A spike is a phase however blurred the steps are.
+        let spike = profile_blurred(&[(2, 140.0), (13, 548.0), (1, 700.0), (12, 385.0)], 30e-6);
         assert_eq!(spike.len(), 1, "{spike:?}");
     }
 
@@ -584,11 +744,14 @@ mod tests {
     }
 
     #[test]
-    fn the_rigs_lag_is_read_from_its_profile_at_the_kernels_end() {
+    fn the_rigs_lag_is_read_from_its_profile_at_the_kernels_start_or_end() {
         let tau = 5e-6;
-        // One duration, ending mid-bin: the lag to 1 % (the tail's 10 bins hold all but
-        // e^-20 of it).
-        let lag = reference_lag(&lagged(tau, &[263e-6], 400.0), 263e-6, 0.0).unwrap();
+        // One duration, ending mid-bin: the lag to 1 % from the start (the rise's eight
+        // lags hold all but e^-8 of it) and from the end (the tail's 10 bins, e^-20).
+        let one = lagged(tau, &[263e-6], 400.0);
+        let lag = reference_lag(&one, 263e-6, 0.0).unwrap();
+        assert!((lag / tau - 1.0).abs() < 0.01, "{lag}");
+        let lag = end_lag(&one, 263e-6, 0.0).unwrap();
         assert!((lag / tau - 1.0).abs() < 0.01, "{lag}");
         // Durations spread by half the lag (uniform ±√3·σ): first order cancels; within 5 %.
         let sd = 0.5 * tau;
@@ -597,12 +760,17 @@ mod tests {
             .collect();
         let mean = ds.iter().sum::<f64>() / ds.len() as f64;
         let spread = (ds.iter().map(|d| (d - mean).powi(2)).sum::<f64>() / ds.len() as f64).sqrt();
-        let lag = reference_lag(&lagged(tau, &ds, 400.0), mean, spread).unwrap();
+        let lag = end_lag(&lagged(tau, &ds, 400.0), mean, spread).unwrap();
         assert!((lag / tau - 1.0).abs() < 0.05, "{lag}");
-        // Spread past the lag: not taken.
+        // Spread past the lag: not taken from the end; the start tells it all the same.
+        assert_eq!(end_lag(&lagged(tau, &ds, 400.0), mean, 2.0 * tau), None);
+        let lag = reference_lag(&lagged(tau, &ds, 400.0), mean, 2.0 * tau).unwrap();
+        assert!((lag / tau - 1.0).abs() < 0.01, "{lag}");
+        // A first phase too short to be level after the rise: the end's reading.
+        let short = lagged(tau, &[30e-6], 400.0);
         assert_eq!(
-            reference_lag(&lagged(tau, &ds, 400.0), mean, 2.0 * tau),
-            None
+            reference_lag(&short, 30e-6, 0.0),
+            end_lag(&short, 30e-6, 0.0)
         );
         // No step at the end: nothing to read.
         assert_eq!(

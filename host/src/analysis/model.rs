@@ -1093,7 +1093,8 @@ pub fn fit_runs(
                 "against the corrected logger needs the logger's model (from `railtrace calibrate`)"
             )
         })?;
-        let c = crate::analysis::correct::correct(run, rig, m, p, bin_s)?;
+        let accuracy = crate::analysis::correct::recorded_accuracy(rig);
+        let c = crate::analysis::correct::correct(run, rig, m, p, bin_s, accuracy)?;
         Ok((c.analysis, c.d.energy_j / c.duration_s, c.idle_w))
     };
     let correct: Option<Correction<'_>> = (against == Against::Corrected).then_some(&correct_fn);

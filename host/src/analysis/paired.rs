@@ -643,6 +643,10 @@ pub fn deconvolve(
             },
             idle_w: idle,
             duration_s: bins as f64 * p,
+            gain_sd: 0.0,
+            offset_sd_w: 0.0,
+            timing_sd_s: 0.0,
+            delay_sd_s: 0.0,
         },
         &DeconvolveOptions {
             bootstrap,

@@ -57,6 +57,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         &model,
         &args.logger,
         args.bin_us * 1e-6,
+        railtrace::analysis::correct::recorded_accuracy(&rig),
     );
     bar.finish_and_clear();
     let c = c?;
@@ -72,6 +73,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         eprintln!("railtrace correct: {plan}");
     }
     print_validity(&c.outside_range(&model, &plan));
+    if c.reference.is_none() {
+        eprintln!(
+            "railtrace correct: {} records no rig description stating its accuracy: the band leaves the rig's own calibration out",
+            rig.display()
+        );
+    }
     let figures = figures(&c, &model, &args.logger, &plan);
     let (a, d, idle) = (&c.analysis, &c.d, c.idle_w);
     write(&c, &figures, &args.output)?;

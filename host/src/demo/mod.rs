@@ -263,6 +263,7 @@ pub fn run(req: &Request, on: &mut dyn FnMut(Stage<'_>)) -> Result<Demo, DemoErr
         &cal.model,
         &logger_path,
         setup.bin_s,
+        setup.loaded.rig.accuracy,
     )?;
     let correct_s = t.elapsed().as_secs_f64();
     on(Stage::Corrected(&c));
@@ -282,7 +283,11 @@ pub fn run(req: &Request, on: &mut dyn FnMut(Stage<'_>)) -> Result<Demo, DemoErr
     if figures["validity"]["within_range"] == false {
         title += " — OUTSIDE the range where the correction can be trusted";
     }
-    let table = report::table(&scored.rows);
+    let table = format!(
+        "{}\n{}\n",
+        report::table(&scored.rows),
+        scored.band.describe(c.d.confidence)
+    );
     correct::write(&c, &figures, &out.join("corrected.arrow"))?;
     let report = report::write(
         out,
@@ -491,6 +496,8 @@ fn figures(
         "noise_scale": d.noise_scale,
         "segments": d.segments,
         "energy_band_j": [d.energy_lo_j, d.energy_hi_j],
+        "band_carries": correct::band_carries(c),
+        "band": scored.band,
         "rows": scored.rows.iter().map(|(n, s)| serde_json::json!({"profile": n, "score": s})).collect::<Vec<_>>(),
         "raw_peak_w": raw.iter().map(|c| c.w).filter(|w| w.is_finite()).fold(f64::NAN, f64::max),
         "checks": checks,

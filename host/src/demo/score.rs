@@ -19,6 +19,7 @@ use anyhow::{anyhow, Context};
 
 use crate::analysis::stitch::{cells, mean_over, Cell};
 use arrow_array::{Array, Float64Array, ListArray, RecordBatch};
+use railtrace_calibration::stats::median;
 
 /// The twin's true GPU power and executions.
 #[derive(Debug, Clone)]
@@ -339,12 +340,89 @@ pub struct Score {
     pub rms_w: f64,
 }
 
+/// How the corrected profile's band and the energy's interval held the truth on one run.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct BandScore {
+    /// Cells over the kernel whose band holds the truth, and the kernel's cells.
+    pub kernel_cells: (usize, usize),
+    /// The same over the logger's reach after the kernel (to the next execution's start
+    /// at the earliest).
+    pub after_cells: (usize, usize),
+    /// The band's median half-width over the kernel, W.
+    pub median_half_width_w: f64,
+    /// The corrected profile's median absolute error over the kernel, W.
+    pub median_error_w: f64,
+    /// Whether the energy per execution's interval holds the truth's.
+    pub energy_held: bool,
+}
+
+impl BandScore {
+    /// `band` (low, high cells) about `corrected` against `truth` on the same cells
+    /// (matched by their start), over the kernel `[0, duration)` and `[duration, end)`
+    /// after it; `energy` the truth's energy per execution and `interval` the energy's.
+    fn of(
+        truth: &[Cell],
+        corrected: &[Cell],
+        band: &[(Cell, Cell)],
+        (duration, end): (f64, f64),
+        energy: f64,
+        interval: (f64, f64),
+    ) -> BandScore {
+        let dt = corrected.first().map_or(1.0, |c| c.hi - c.lo);
+        let key = |c: &Cell| (c.lo / dt).round() as i64;
+        let truth: std::collections::HashMap<i64, f64> =
+            truth.iter().map(|c| (key(c), c.w)).collect();
+        let (mut kernel, mut after) = ((0, 0), (0, 0));
+        let (mut half, mut error) = (Vec::new(), Vec::new());
+        for (c, (lo, hi)) in corrected.iter().zip(band) {
+            let Some(&p) = truth.get(&key(c)).filter(|p| p.is_finite()) else {
+                continue;
+            };
+            let mid = 0.5 * (c.lo + c.hi);
+            let held = usize::from(lo.w - 1e-9 <= p && p <= hi.w + 1e-9);
+            if (0.0..duration).contains(&mid) {
+                kernel.0 += held;
+                kernel.1 += 1;
+                half.push(0.5 * (hi.w - lo.w));
+                error.push((c.w - p).abs());
+            } else if (duration..end).contains(&mid) {
+                after.0 += held;
+                after.1 += 1;
+            }
+        }
+        BandScore {
+            kernel_cells: kernel,
+            after_cells: after,
+            median_half_width_w: median(&half),
+            median_error_w: median(&error),
+            energy_held: interval.0 <= energy && energy <= interval.1,
+        }
+    }
+
+    /// The band's score in a sentence, for a band of `confidence` (0.95: 95 %).
+    pub fn describe(&self, confidence: f64) -> String {
+        format!(
+            "{:.0} % band: holds the truth in {} of {} cells over the kernel and {} of {} over the logger's reach after it; median half-width {:.2} W against a median error of {:.2} W; the energy's interval {} the truth",
+            confidence * 100.0,
+            self.kernel_cells.0,
+            self.kernel_cells.1,
+            self.after_cells.0,
+            self.after_cells.1,
+            self.median_half_width_w,
+            self.median_error_w,
+            if self.energy_held { "holds" } else { "MISSES" }
+        )
+    }
+}
+
 /// Every profile of a corrected run on the same cells, and its scores.
 #[derive(Debug, Clone)]
 pub struct Scored {
     /// The truth's, the rig's, the raw stitched logger's and the corrected profile's
     /// scores, in that order.
     pub rows: [(&'static str, Score); 4],
+    /// How the corrected profile's band held the truth.
+    pub band: BandScore,
     /// The kept executions' true mean duration, s.
     pub duration_s: f64,
     /// The TOI span the profiles are drawn over, s.
@@ -391,7 +469,7 @@ pub fn score(truth: &Truth, c: &crate::analysis::correct::Corrected) -> anyhow::
             w,
         })
         .collect();
-    let band = (corrected.iter().zip(d.lo_w.iter().zip(&d.hi_w)))
+    let band: Vec<(Cell, Cell)> = (corrected.iter().zip(d.lo_w.iter().zip(&d.hi_w)))
         .map(|(c, (&l, &h))| (Cell { w: l, ..*c }, Cell { w: h, ..*c }))
         .collect();
     let raw = cells(&a.logger);
@@ -434,12 +512,22 @@ pub fn score(truth: &Truth, c: &crate::analysis::correct::Corrected) -> anyhow::
         ),
         ("corrected", st.score(&corrected, d.energy_j, rms_span)),
     ];
+    let truth_cells = st.cells(span.0, span.1, dt);
+    let band_score = BandScore::of(
+        &truth_cells,
+        &corrected,
+        &band,
+        (duration, rms_span.1),
+        st.energy_j,
+        (d.energy_lo_j, d.energy_hi_j),
+    );
     Ok(Scored {
         rows,
+        band: band_score,
         duration_s: duration,
         span,
         profiles: Profiles {
-            truth: st.cells(span.0, span.1, dt),
+            truth: truth_cells,
             rig,
             raw,
             through,
