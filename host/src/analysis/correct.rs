@@ -461,7 +461,8 @@ fn short_phases(phases: &[(f64, f64)], dt: f64) -> Vec<(f64, f64)> {
 fn reference_lag(rig: &[Point], duration: f64, spread: f64) -> Option<f64> {
     let from_end = end_lag(rig, duration, spread);
     let with = |p: &&Point| p.n > 0 && p.mean_w.is_finite();
-    let width = rig.iter().find(with)?.hi_s - rig.iter().find(with)?.lo_s;
+    let first_bin = rig.iter().find(with)?;
+    let width = first_bin.hi_s - first_bin.lo_s;
     // The rise: bins from TOI 0 over eight lags (three bins at least); the first
     // phase's level: the median of the bins over as long again, which must be level
     // (within 2 % of the step) and inside the kernel.
