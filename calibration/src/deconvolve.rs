@@ -149,7 +149,7 @@ pub enum Response<'a> {
 
 /// Mean over lags `[a, b]` (`a < b`) of the response's step response `G` (the fraction
 /// of a unit step seen at lag `v`; 0 for `v ≤ 0`).
-fn mean_step_response(response: &Response<'_>, a: f64, b: f64) -> f64 {
+pub(crate) fn mean_step_response(response: &Response<'_>, a: f64, b: f64) -> f64 {
     match *response {
         Response::Box { width_s } => {
             mean_piecewise(&[1.0], width_s, a, b) // one step of width W
@@ -685,89 +685,6 @@ pub struct Deconvolved {
     pub bootstrap: usize,
     /// Whether every solve met its optimality conditions.
     pub converged: bool,
-    /// The covariance of the solved cells' powers (`free_end − n` to `free_end`, `n` =
-    /// its length's square root), W², row-major: that of the unregularised least squares
-    /// with every cell free, from the readings' standard errors, scaled up by
-    /// [`Deconvolved::noise_scale`] where the readings scatter more than they say (and
-    /// from the scatter alone without them). Not scaled down: a pilot of a few readings a
-    /// bin tells their scatter to tens of per cent, and a plan that took the lower of the
-    /// two would stop short (on the twin's short kernel, 1 000 runs whose scatter read
-    /// 0.73 of the errors planned 4 000 runs where 10 000 were needed). What the readings alone tell of
-    /// each cell, whatever steps the regulariser draws; empty where it cannot be had
-    /// (no standard errors and no scale, a singular system, or more than
-    /// [`MAX_PLANNED_CELLS`] cells).
-    pub cell_cov_w2: Vec<f64>,
-}
-
-/// Most solved cells [`Deconvolved::cell_cov_w2`] is computed for.
-pub const MAX_PLANNED_CELLS: usize = 2_000;
-
-impl Deconvolved {
-    /// The standard deviation of the level of every stretch of `cells` solved cells (one
-    /// phase that long, starting at each solved cell in turn), W: that of its least-
-    /// squares fit with the stretch one level and every other solved cell free, which
-    /// falls as one over the square root of the readings. From
-    /// [`Deconvolved::cell_cov_w2`] as the Gaussian conditional on the stretch's inner
-    /// jumps `u_j = P_j − P_{j−1}` being 0: `C_aa − vᵀM⁻¹v`, `v = Cov(P_a, u)`,
-    /// `M = Cov(u)`. `None` without a covariance or for `cells` = 0 or more than the
-    /// solved cells.
-    pub fn stretch_sd_w(&self, cells: usize) -> Option<Vec<f64>> {
-        let n = (self.cell_cov_w2.len() as f64).sqrt() as usize;
-        if n == 0 || cells == 0 || cells > n {
-            return None;
-        }
-        let c = |i: usize, j: usize| self.cell_cov_w2[i * n + j];
-        let r = cells - 1;
-        (0..=n - cells)
-            .map(|a| {
-                let inner = a + 1..a + cells;
-                let v: Vec<f64> = inner.clone().map(|j| c(a, j) - c(a, j - 1)).collect();
-                let mut m = vec![0.0; r * r];
-                for (x, i) in inner.clone().enumerate() {
-                    for (y, j) in inner.clone().enumerate() {
-                        m[x * r + y] = c(i, j) - c(i, j - 1) - c(i - 1, j) + c(i - 1, j - 1);
-                    }
-                }
-                let explained: f64 = if r == 0 {
-                    0.0
-                } else {
-                    let inv = crate::power::invert(&m, r)?;
-                    (0..r)
-                        .map(|x| (0..r).map(|y| v[x] * inv[x * r + y] * v[y]).sum::<f64>())
-                        .sum()
-                };
-                Some((c(a, a) - explained).max(0.0).sqrt())
-            })
-            .collect()
-    }
-
-    /// The planner of a correction: by how many times the readings (the runs) must grow
-    /// for the level of every stretch of `cells` solved cells (a phase that long) to be
-    /// within `rel_err` of the correction's mean power over it, all at once with
-    /// probability `confidence`, by [`Deconvolved::stretch_sd_w`]. Below 1 the readings
-    /// already hold it. Stretches that overlap are not independent: the confidence is
-    /// shared (Bonferroni, as [`crate::plan::runs_needed`] shares it over bins) among the
-    /// disjoint phases that fit, `⌊n/cells⌋`. Every other cell free, it asks for more
-    /// than a correction that finds every phase's steps needs. `None` as
-    /// [`Deconvolved::stretch_sd_w`], or for a stretch of mean power 0.
-    pub fn readings_factor(&self, rel_err: f64, confidence: f64, cells: usize) -> Option<f64> {
-        if !(rel_err > 0.0 && confidence > 0.0 && confidence < 1.0) {
-            return None;
-        }
-        let sd = self.stretch_sd_w(cells)?;
-        let solved = sd.len() + cells - 1;
-        let first = self.free_end - solved;
-        let phases = solved / cells;
-        let z = -normal_quantile(0.5 * (1.0 - confidence) / phases as f64);
-        let worst = (sd.iter().enumerate())
-            .map(|(a, sd)| {
-                let cells_w = &self.power_w[first + a..first + a + cells];
-                let power = cells_w.iter().sum::<f64>() / cells as f64;
-                (z * sd / (rel_err * power)).powi(2)
-            })
-            .fold(0.0, f64::max);
-        worst.is_finite().then_some(worst)
-    }
 }
 
 /// The TV solution at a given λ (before any refit), with what its optimality conditions
@@ -2514,42 +2431,7 @@ pub fn deconvolve(input: &Input, options: &Options) -> Result<Deconvolved, Param
         noise_scale: chosen.noise_scale,
         bootstrap: reps,
         converged,
-        cell_cov_w2: cell_covariance(
-            &model,
-            if has_se {
-                chosen.noise_scale.max(1.0)
-            } else {
-                chosen.noise_scale
-            },
-        ),
     })
-}
-
-/// [`Deconvolved::cell_cov_w2`]: `s²·L G⁻¹ Lᵀ` (`s` = `scale`, the noise's against the
-/// weights) for the jumps' Gram matrix `G = BᵀWB` (the offset correction, where fitted,
-/// marginalised), `L` the cumulative sum that makes jumps cell powers: `L = T⁻¹`, so it is
-/// `s²·H⁻¹` for the cells' own Gram matrix `H = TᵀGT` ([`level_gram`] with every cell a
-/// segment), whose envelope is the response's length.
-fn cell_covariance(model: &Model, scale: f64) -> Vec<f64> {
-    let (n, nv) = (model.n, model.nv);
-    if !(scale.is_finite() && scale > 0.0) || n > MAX_PLANNED_CELLS {
-        return Vec::new();
-    }
-    let every: Vec<usize> = (0..nv).collect();
-    let Some(factor) = level_gram(model, &every, n).cholesky() else {
-        return Vec::new();
-    };
-    let mut c = vec![0.0; n * n];
-    let mut e = vec![0.0; nv];
-    for j in 0..n {
-        e[j] = 1.0;
-        let column = factor.solve(&e);
-        e[j] = 0.0;
-        for i in 0..n {
-            c[i * n + j] = scale * scale * column[i];
-        }
-    }
-    c
 }
 
 /// The band of replicates `values` about the estimate `P̂`: the union of the basic

@@ -173,3 +173,89 @@ pub fn reached(profile: &[ProfileBin], target_rel_err: f64) -> bool {
 pub fn simultaneous_confidence(confidence: f64, bins: usize) -> f64 {
     1.0 - (1.0 - confidence) / bins.max(1) as f64
 }
+
+/// The levels of a profile's phases as a logger's readings tell them, with the boundaries
+/// known ([`phase_levels`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PhaseLevels {
+    /// Each phase's level, W of the reference.
+    pub level_w: Vec<f64>,
+    /// Its standard deviation from the readings' standard errors, W: it falls as one over
+    /// the square root of the readings.
+    pub sd_w: Vec<f64>,
+    /// The readings' scatter about the fit against their standard errors,
+    /// `√(χ²/(N − k))` (about 1 where the phases and the logger's model explain them;
+    /// NaN with no degree of freedom left).
+    pub scale: f64,
+    /// The degrees of freedom `scale` rests on, `N − k`.
+    pub dof: usize,
+}
+
+/// Fits a stitched logger profile with the power constant over each of `phases`
+/// (`[start, end)` s on the profile's time axis, as a reference resolves them), `idle_w`
+/// outside them, seen through `response` delayed by `delay_s` and scaled by `gain`, with
+/// a free offset: weighted least squares on the bins with readings, each bin's row the
+/// mean over it of the response to each phase (as [`crate::deconvolve::kernel`] makes
+/// its taps: readings spread through their bins). The levels' standard deviations are
+/// the square roots of the diagonal of `(AᵀWA)⁻¹`: what the readings alone tell of each
+/// level when every step is where the reference puts it, the precision a correction that
+/// finds those steps reaches. `None` without standard errors, or where the phases are not
+/// all seen (a singular system).
+pub fn phase_levels(
+    profile: &crate::deconvolve::Profile,
+    response: &crate::deconvolve::Response<'_>,
+    delay_s: f64,
+    gain: f64,
+    idle_w: f64,
+    phases: &[(f64, f64)],
+) -> Option<PhaseLevels> {
+    use crate::deconvolve::mean_step_response;
+    let se = profile.se_w.as_ref()?;
+    let k = phases.len() + 1; // the phases, then the offset
+    let (mut normal, mut rhs) = (vec![0.0; k * k], vec![0.0; k]);
+    let mut rows = Vec::new();
+    for (i, (&y, &s)) in profile.power_w.iter().zip(se).enumerate() {
+        if !(y.is_finite() && s.is_finite() && s > 0.0) {
+            continue;
+        }
+        let lo = profile.t0_s + i as f64 * profile.dt_s;
+        let hi = lo + profile.dt_s;
+        let seen = |t: f64| mean_step_response(response, lo - t - delay_s, hi - t - delay_s);
+        let mut a: Vec<f64> = (phases.iter())
+            .map(|&(start, end)| gain * (seen(start) - seen(end)))
+            .collect();
+        a.push(1.0);
+        // The readings less what the idle level gives them everywhere.
+        let y = y - gain * idle_w;
+        let w = 1.0 / (s * s);
+        for r in 0..k {
+            rhs[r] += w * a[r] * y;
+            for c in 0..k {
+                normal[r * k + c] += w * a[r] * a[c];
+            }
+        }
+        rows.push((a, y, w));
+    }
+    let cov = crate::power::invert(&normal, k)?;
+    let x: Vec<f64> = (0..k)
+        .map(|r| (0..k).map(|c| cov[r * k + c] * rhs[c]).sum())
+        .collect();
+    let chi2: f64 = (rows.iter())
+        .map(|(a, y, w)| w * (y - a.iter().zip(&x).map(|(a, x)| a * x).sum::<f64>()).powi(2))
+        .sum();
+    let dof = rows.len().saturating_sub(k);
+    let sd_w: Vec<f64> = (0..phases.len()).map(|j| cov[j * k + j].sqrt()).collect();
+    if sd_w.iter().any(|s| !s.is_finite()) {
+        return None;
+    }
+    Some(PhaseLevels {
+        level_w: x[..phases.len()].iter().map(|v| v + idle_w).collect(),
+        sd_w,
+        scale: if dof > 0 {
+            (chi2 / dof as f64).sqrt()
+        } else {
+            f64::NAN
+        },
+        dof,
+    })
+}

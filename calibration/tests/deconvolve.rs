@@ -9,7 +9,6 @@ use railtrace_calibration::deconvolve::{
     box_kernel, deconvolve, exponential_kernel, fit_at, kernel, sampled_kernel, Deconvolved, Fit,
     Input, LoggerKernel, Options, Profile, Response, Rule,
 };
-use railtrace_calibration::power::invert;
 use railtrace_calibration::stats::median;
 use railtrace_calibration::stitch::{profile, ProfileBin, Stitched};
 
@@ -1604,102 +1603,4 @@ fn a_quantised_steady_reading_is_not_known_better_than_its_quantum() {
         "{}",
         se[30]
     );
-}
-
-// ---------------------------------------------------------------------------------------
-// The planner's spread, against least squares on an explicit design
-// ---------------------------------------------------------------------------------------
-
-#[test]
-fn a_stretchs_spread_is_that_of_least_squares_with_the_stretch_one_level() {
-    // A 50 µs kernel of 15, 20 and 15 µs phases behind a 1 ms box on 5 µs cells, the
-    // readings' errors as the twin's short-kernel run has them.
-    let sc = Scenario {
-        truth: Truth {
-            idle: 140.0,
-            phases: vec![
-                (0.0, 15e-6, 548.0),
-                (15e-6, 35e-6, 386.0),
-                (35e-6, 50e-6, 497.0),
-            ],
-        },
-        family: Family::Box(1e-3),
-        logger: (3e-6, 0.99, 0.5),
-        dt: 5e-6,
-        t0: -100e-6,
-        t1: 1.2e-3,
-        per_bin: 4,
-        se: 0.25,
-    };
-    let (input, _) = sc.input(11);
-    let options = Options::default();
-    let d = deconvolve(&input, &options).unwrap();
-    // The errors as the readings give them, scaled up where they scatter more.
-    let scale = d.noise_scale.max(1.0);
-    let fit = fit_at(&input, &options, d.lambda).unwrap();
-    assert_eq!(fit.t, d.t);
-    let (first, n) = (fit.first_free, fit.free_end - fit.first_free);
-    assert_eq!(d.cell_cov_w2.len(), n * n);
-    // The design by the direct convolution sum: a column per solved cell (a watt more in
-    // it alone), and the offset correction's column of ones.
-    let idle = vec![input.idle_w; d.t.len()];
-    let base = direct_readings(&input, &fit.t, &idle, 0.0);
-    let column = |i: usize| {
-        let mut p = idle.clone();
-        p[first + i] += 1.0;
-        let y = direct_readings(&input, &fit.t, &p, 0.0);
-        y.iter()
-            .zip(&base)
-            .map(|(a, b)| a - b)
-            .collect::<Vec<f64>>()
-    };
-    let columns: Vec<Vec<f64>> = (0..n).map(column).collect();
-    let ones = vec![1.0; base.len()];
-    for cells in [1, 3, 4] {
-        let sd = d.stretch_sd_w(cells).unwrap();
-        assert_eq!(sd.len(), n - cells + 1);
-        for (a, &got) in sd.iter().enumerate() {
-            // The stretch's cells one column, the others each their own.
-            let mut design: Vec<Vec<f64>> = Vec::new();
-            let merged: Vec<f64> = (0..base.len())
-                .map(|k| (a..a + cells).map(|i| columns[i][k]).sum())
-                .collect();
-            design.push(merged);
-            design.extend(
-                (0..n)
-                    .filter(|i| !(a..a + cells).contains(i))
-                    .map(|i| columns[i].clone()),
-            );
-            design.push(ones.clone());
-            let m = design.len();
-            let gram: Vec<f64> = (0..m * m)
-                .map(|x| {
-                    let (i, j) = (x / m, x % m);
-                    (0..base.len())
-                        .map(|k| fit.weights[k] * design[i][k] * design[j][k])
-                        .sum()
-                })
-                .collect();
-            let want = scale * invert(&gram, m).unwrap()[0].sqrt();
-            // Both invert Gram matrices whose condition is about 1e8 (cells 5 µs
-            // behind a 1 ms box): they agree to 3e-6, and 1e-4 leaves room for rounding.
-            assert!(
-                rel(got, want) < 1e-4,
-                "{cells} cells from cell {a}: {got} W against {want} W"
-            );
-        }
-    }
-    // The planner asks for (z·sd / (E·P))² of the worst stretch, z shared by the ⌊n/3⌋
-    // phases that fit: readings 4 times as many (errors halved) would ask a quarter.
-    let factor = d.readings_factor(0.05, 0.95, 3).unwrap();
-    let z = -railtrace_calibration::stats::normal_quantile(0.025 / (n / 3) as f64);
-    let sd = d.stretch_sd_w(3).unwrap();
-    let want = (0..sd.len())
-        .map(|a| {
-            let p = d.power_w[first + a..first + a + 3].iter().sum::<f64>() / 3.0;
-            (z * sd[a] / (0.05 * p)).powi(2)
-        })
-        .fold(0.0, f64::max);
-    assert!(rel(factor, want) < 1e-12, "{factor} against {want}");
-    assert!(factor > 1.0, "these readings are too few for 5 %: {factor}");
 }

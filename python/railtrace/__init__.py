@@ -426,8 +426,10 @@ class Correction:
     ``band_carries``: the scale's, level's and delay's uncertainties the band holds and the
     rig's stated accuracy among them). ``within_range`` says
     whether the correction lies where it can be trusted; ``outside_range`` lists each
-    condition that puts it outside (a phase under 3 bins, bins no reading reached, too
-    few executions for its phases, a logger model that is not a calibration)."""
+    condition that puts it outside (bins too wide for the phases the rig resolves, bins
+    no reading reached, too few executions for the phases' levels, a logger model that is
+    not a calibration); ``figures["run_plan"]`` holds the bins and executions the planner
+    asks for."""
 
     table: pa.Table
     figures: dict

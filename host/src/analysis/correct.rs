@@ -10,7 +10,7 @@ use arrow_schema::{ArrowError, DataType, Field, Schema};
 use railtrace_calibration::deconvolve::{
     deconvolve, kernel, Deconvolved, Input, LoggerKernel, Options as DeconvolveOptions, Profile,
 };
-use railtrace_calibration::stats::median;
+use railtrace_calibration::stats::{median, normal_quantile};
 use railtrace_calibration::stitch::ProfileBin;
 
 use railtrace_rig::Accuracy;
@@ -97,6 +97,10 @@ pub struct Corrected {
     /// Logger readings per bin of the width asked for, on average over the kernel and
     /// the logger's reach after it.
     pub readings_per_bin: f64,
+    /// The rig's stitched profile on bins of the width asked for (`analysis.rig` is on
+    /// the correction's, wider where they were widened): the phases it resolves are what
+    /// the planner plans for.
+    pub reference_bins: Vec<Point>,
     /// The rig's stated accuracy the band carries; `None` where it was not known (the band
     /// then leaves the reference's own calibration out).
     pub reference: Option<Accuracy>,
@@ -125,11 +129,7 @@ pub fn correct(
     // Readings hold the kernel for up to a window (and the delay) after its end: stitch
     // that far and more past the executions' typical length.
     let durations = execution_durations(profile)?;
-    let reach = model
-        .window_s
-        .or(model.tau_s.map(|t| 5.0 * t))
-        .unwrap_or(model.period_s)
-        + model.delay_s.abs();
+    let reach = logger_reach(model);
     let horizon_s = 2.0 * median(&durations) + 2.5 * reach;
     let mut options = Options {
         bin_s,
@@ -137,6 +137,7 @@ pub fn correct(
         ..Options::default()
     };
     let mut a = analyse(profile, rig, &options)?;
+    let reference_bins = a.rig.clone();
     let seen_until = median(&durations) + reach;
     let readings_per_bin = readings_per_bin(&a.logger, seen_until);
     if readings_per_bin > 0.0 && readings_per_bin < MIN_READINGS_PER_BIN {
@@ -247,6 +248,7 @@ pub fn correct(
         reference_lag_s,
         requested_bin_s: bin_s,
         readings_per_bin,
+        reference_bins,
         reference,
         gain_sd,
         offset_sd_w,
@@ -261,6 +263,16 @@ pub fn recorded_accuracy(rig: &Path) -> Option<Accuracy> {
     toml::from_str::<railtrace_rig::RigDescription>(&text)
         .ok()?
         .accuracy
+}
+
+/// How long after the kernel's end the logger's readings still see it, s: its window, or
+/// five time constants, or a period, and its delay.
+fn logger_reach(model: &LoggerModel) -> f64 {
+    model
+        .window_s
+        .or(model.tau_s.map(|t| 5.0 * t))
+        .unwrap_or(model.period_s)
+        + model.delay_s.abs()
 }
 
 /// The fewest logger readings a bin must hold on average, over the kernel and the
@@ -289,32 +301,172 @@ fn readings_per_bin(logger: &[Point], until: f64) -> f64 {
 }
 
 impl Corrected {
-    /// The planner ([`Deconvolved::readings_factor`]): the executions a profiling run
-    /// like this one needs for the level of every phase as short as `plan`'s within its
-    /// relative error, together with its confidence; `None` where it cannot tell.
-    pub fn planned_executions(&self, plan: &PlanFor) -> Option<u64> {
-        let factor =
-            (self.d).readings_factor(plan.rel_err, plan.confidence, plan.cells(self.d.dt_s))?;
-        Some((factor * self.analysis.executions.len() as f64).ceil() as u64)
+    /// The planner: the bins and the executions a profiling run like this one needs for
+    /// the level of every phase the rig's reference resolves within `plan`'s relative
+    /// error, all of them together with its confidence. The phases: the rig's stitched
+    /// profile's runs of bins whose level stays within the error of the run's mean
+    /// ([`reference_runs`]), less the ramps between two levels ([`phases`]), each reaching
+    /// to the middle of the ramps either side. The bins: the width asked for, or a third
+    /// of the shortest phase (or of `plan.phase_s`) where that is narrower, holding
+    /// [`READINGS_MARGIN`] × [`MIN_READINGS_PER_BIN`] readings a bin. The levels: the
+    /// logger's readings fitted with every step where the rig puts it
+    /// ([`railtrace_calibration::plan::phase_levels`]), each level's standard deviation
+    /// scaled by the readings' scatter about that fit against their stated errors (up
+    /// only, where it rests on few readings), falling as one over the square root of the
+    /// executions; Bonferroni over the phases. `None` where it cannot tell (no rig, no
+    /// readings, the fit singular).
+    pub fn run_plan(&self, model: &LoggerModel, plan: &PlanFor) -> Option<RunPlan> {
+        let d = &self.d;
+        let dt = d.dt_s;
+        let have = self.analysis.executions.len() as f64;
+        let until = self.duration_s + self.logger.kernel.len() as f64 * dt;
+        let runs = reference_runs(
+            &self.reference_bins,
+            self.reference_lag_s,
+            until,
+            plan.rel_err,
+        );
+        if runs.is_empty() || self.readings_per_bin.is_nan() || self.readings_per_bin <= 0.0 {
+            return None;
+        }
+        // The phases held to the error: the runs over the kernel less the steps between
+        // them. A step in the reference spreads over the bin it falls in, over twice the
+        // rig's 10-90 % rise (its whole rise) and over the executions' spread of its times
+        // (four standard deviations): a run no longer than that whose level lies between
+        // its neighbours' (the idle level before the first) is a step, or a piece of one
+        // the runs' tolerance split, or of a ramp.
+        let width = self.requested_bin_s;
+        let rise = self.analysis.support.rig_rise_s.unwrap_or(0.0);
+        let step = 4.0 * self.duration_sd_s + width + 2.0 * rise;
+        let mut held: Vec<(f64, f64, f64)> = Vec::new(); // start, length, level
+        for (i, r) in runs.iter().enumerate() {
+            let inside: Vec<f64> = (0..r.3)
+                .map(|k| r.0 + (k as f64 + 0.5) * width)
+                .filter(|c| (0.0..self.duration_s).contains(c))
+                .collect();
+            let Some(&first) = inside.first() else {
+                continue;
+            };
+            let before = if i == 0 { self.idle_w } else { runs[i - 1].2 };
+            let between = (runs.get(i + 1))
+                .is_some_and(|n| (before.min(n.2)..=before.max(n.2)).contains(&r.2));
+            if between && r.3 as f64 * width <= step * (1.0 + 1e-9) {
+                continue;
+            }
+            held.push((first - 0.5 * width, inside.len() as f64 * width, r.2));
+        }
+        // Each phase reaches to the middle of the ramps either side (a step where the
+        // correction draws one), the first from the kernel's start, the last to its end;
+        // the logger's reach after it one level more.
+        let mut bounds: Vec<(f64, f64)> = (0..held.len())
+            .map(|i| {
+                let start = match i {
+                    0 => 0.0,
+                    _ => 0.5 * (held[i - 1].0 + held[i - 1].1 + held[i].0),
+                };
+                let end = match held.get(i + 1) {
+                    Some(next) => 0.5 * (held[i].0 + held[i].1 + next.0),
+                    None => self.duration_s,
+                };
+                (start, end)
+            })
+            .collect();
+        let lengths: Vec<f64> = bounds.iter().map(|b| b.1 - b.0).collect();
+        let shortest = (plan.phase_s).or_else(|| lengths.iter().copied().reduce(f64::min))?;
+        // A step inside a cell moves part of that cell's power to the phase either side,
+        // up to half a cell's worth once the correction draws it at the nearer edge (the
+        // kernel's start is an edge): `bias_i = dt/(2·L_i)·Δ_i` of a phase `L_i` long
+        // whose larger step into its neighbours (the idle level after the last) is
+        // `Δ_i`. The bins keep it within half the error, the readings the rest.
+        let steps: Vec<f64> = (0..held.len())
+            .map(|i| {
+                let before = if i == 0 {
+                    0.0
+                } else {
+                    (held[i].2 - held[i - 1].2).abs()
+                };
+                let after = held.get(i + 1).map_or(self.idle_w, |n| n.2);
+                before.max((held[i].2 - after).abs())
+            })
+            .collect();
+        let bias = |bin: f64, i: usize| bin / (2.0 * lengths[i]) * steps[i];
+        let fine = (0..held.len())
+            .map(|i| 0.5 * plan.rel_err * held[i].2.abs() / bias(1.0, i))
+            .fold(f64::INFINITY, f64::min);
+        bounds.push((self.duration_s, until));
+        // Not finer than the rig resolves: a narrower bin shows its own response.
+        let bin_s = width.min(shortest / 3.0).min(fine).max(rise);
+        let rpb = self.readings_per_bin * bin_s / width;
+        let for_bins = (have * READINGS_MARGIN * MIN_READINGS_PER_BIN / rpb).ceil() as u64;
+        let response = model.response(dt, model.delay_s).ok()?;
+        let stitched = Profile::from_bins(&bins(&self.analysis.logger)).ok()?;
+        let fit = railtrace_calibration::plan::phase_levels(
+            &stitched,
+            &response,
+            model.delay_s + self.reference_lag_s,
+            model.gain,
+            self.idle_w,
+            &bounds,
+        )?;
+        // The readings' errors as their scatter about the fit tells them, where it rests
+        // on enough of them to be known within about a tenth (a pilot's few readings a
+        // bin state their errors loosely, and wide bins add the level's change within
+        // them); otherwise never below what they state.
+        let scale = match fit.scale {
+            s if s.is_finite() && fit.dof >= MIN_SCALE_DOF => s,
+            s if s.is_finite() => s.max(1.0),
+            _ => 1.0,
+        };
+        let z = -normal_quantile(0.5 * (1.0 - plan.confidence) / held.len().max(1) as f64);
+        // The readings hold the rest of the error, half of it at least: where even the
+        // rig's finest bins leave a step more than half, the verdict says so.
+        let factor = (held.iter().zip(&fit.sd_w).enumerate())
+            .map(|(i, (h, sd))| {
+                let room =
+                    plan.rel_err * h.2.abs() - bias(bin_s, i).min(0.5 * plan.rel_err * h.2.abs());
+                (z * scale * sd / room).powi(2)
+            })
+            .fold(0.0, f64::max);
+        let step_bias = (0..held.len())
+            .map(|i| bias(bin_s, i) / held[i].2.abs())
+            .fold(0.0, f64::max);
+        if !factor.is_finite() {
+            return None;
+        }
+        let for_levels = (have * factor).ceil() as u64;
+        Some(RunPlan {
+            bin_s,
+            executions: for_bins.max(for_levels).max(2),
+            for_bins,
+            for_levels,
+            shortest_phase_s: shortest,
+            step_bias,
+            phases: held.len(),
+            scale: fit.scale,
+            rel_err: plan.rel_err,
+            confidence: plan.confidence,
+        })
     }
 
     /// The plan as a sentence for the user.
-    pub fn plan(&self, plan: &PlanFor) -> Option<String> {
-        let need = self.planned_executions(plan)?;
+    pub fn plan(&self, model: &LoggerModel, plan: &PlanFor) -> Option<String> {
+        let p = self.run_plan(model, plan)?;
         let have = self.analysis.executions.len();
-        let phase_us = plan.cells(self.d.dt_s) as f64 * self.d.dt_s * 1e6;
-        let (pct, conf) = (plan.rel_err * 100.0, plan.confidence * 100.0);
-        Some(if need <= have as u64 {
-            format!(
-                "the readings hold every {phase_us:.0} µs phase within {pct} % at {conf:.0} % \
-                 ({have} executions; {need} would do)"
-            )
-        } else {
-            format!(
-                "about {need} executions (this run has {have}) would hold every {phase_us:.0} µs \
-                 phase within {pct} % at {conf:.0} %"
-            )
-        })
+        let what = p.describe();
+        Some(
+            if p.executions <= have as u64 && p.bin_s >= self.d.dt_s * (1.0 - 1e-9) {
+                format!(
+                    "the readings hold {what} ({have} executions; {} would do)",
+                    p.executions
+                )
+            } else {
+                format!(
+                    "plan: {} (this run has {have} on bins of {:.1} µs) would hold {what}",
+                    p.asks(),
+                    self.d.dt_s * 1e6
+                )
+            },
+        )
     }
 
     /// Why the correction is drawn on bins wider than asked, when it is: a sentence for
@@ -340,11 +492,14 @@ impl Corrected {
 impl Corrected {
     /// Every condition that puts this correction outside the range where it can be
     /// trusted, as a sentence (none: within range): a logger model that is not a
-    /// calibration (its doubts), a phase of the corrected profile under 3 bins (its level
-    /// is not resolved; a single cell between its neighbours' levels is a step inside
-    /// that cell, not a phase), bins over the kernel and the logger's reach that hold no
-    /// reading (the runs' offsets cover it too sparsely), and fewer executions than
-    /// `plan` needs for its phases (the phases it names, else this profile's shortest).
+    /// calibration (its doubts), a phase under 3 bins (its level is not resolved): one
+    /// the rig's reference resolves ([`Corrected::run_plan`]), or without it one the
+    /// corrected profile draws (a single cell between its neighbours' levels is a step
+    /// inside that cell, not a phase), bins over the kernel and the logger's reach that hold no
+    /// reading (a fifth of them, or a gap as long as the shortest phase: the runs' offsets
+    /// cover it too sparsely), bins
+    /// [`TOO_WIDE`] times wider than [`Corrected::run_plan`] plans for the phases the rig
+    /// resolves, and fewer executions than it asks for their levels.
     pub fn outside_range(&self, model: &LoggerModel, plan: &PlanFor) -> Vec<String> {
         let mut why = Vec::new();
         if !model.doubts.is_empty() {
@@ -354,9 +509,19 @@ impl Corrected {
             ));
         }
         let d = &self.d;
+        // With the rig's reference the phases are those it resolves (the planner's);
+        // without it, those the corrected profile draws, where one cell over- or
+        // undershooting at a step would read as a short phase.
+        let run_plan = self.run_plan(model, plan);
         let ramp = (4.0 * self.duration_sd_s).max(d.dt_s);
-        let phases = phases(&d.t, d.dt_s, &d.power_w, self.duration_s, ramp);
-        for (start, len) in short_phases(&phases, d.dt_s) {
+        let short = match run_plan {
+            Some(_) => Vec::new(),
+            None => short_phases(
+                &phases(&d.t, d.dt_s, &d.power_w, self.duration_s, ramp),
+                d.dt_s,
+            ),
+        };
+        for (start, len) in short {
             why.push(format!(
                 "a phase of {:.0} µs at {:.0} µs is under 3 bins of {:.0} µs: shorter than the bins resolve",
                 len * 1e6,
@@ -364,33 +529,55 @@ impl Corrected {
                 d.dt_s * 1e6
             ));
         }
-        let reach = self.duration_s + self.logger.kernel.len() as f64 * d.dt_s;
+        let reach = self.duration_s + logger_reach(model);
         let seen: Vec<&Point> = (self.analysis.logger.iter())
             .filter(|p| p.lo_s >= 0.0 && p.hi_s <= reach)
             .collect();
+        // Empty bins scattered among read ones leave every phase seen by readings whose
+        // window's edge falls in it, which place its steps; a gap as long as the shortest
+        // phase (3 bins without the rig's) leaves that phase seen only whole, its energy
+        // told but not where its steps fall. Too sparse: such a gap, or a fifth of the
+        // bins empty (under about 1.6 readings a bin, half what a bin is drawn on).
         let empty = seen.iter().filter(|p| p.n == 0).count();
-        if empty > 0 {
+        let gap = (seen.iter())
+            .fold((0_usize, 0_usize), |(run, most), p| {
+                let run = if p.n == 0 { run + 1 } else { 0 };
+                (run, most.max(run))
+            })
+            .1 as f64
+            * d.dt_s;
+        let phase = run_plan
+            .as_ref()
+            .map_or(3.0 * d.dt_s, |p| p.shortest_phase_s);
+        if empty * 5 > seen.len() || gap >= phase * (1.0 - 1e-9) {
             why.push(format!(
-                "{empty} of {} bins over the kernel and the logger's reach hold no reading: the runs' offsets cover it too sparsely",
-                seen.len()
+                "{empty} of {} bins over the kernel and the logger's reach hold no reading, {:.0} µs of them in a row: the runs' offsets cover it too sparsely",
+                seen.len(),
+                gap * 1e6
             ));
         }
-        // The phases asked for, else this profile's own shortest.
-        let shortest = (phases.iter()).map(|p| p.1).fold(f64::INFINITY, f64::min);
-        let own = PlanFor {
-            phase_s: plan
-                .phase_s
-                .or((shortest.is_finite() && shortest >= 2.5 * d.dt_s).then_some(shortest)),
-            ..*plan
-        };
-        if let Some(need) = self.planned_executions(&own) {
+        if let Some(p) = run_plan {
             let have = self.analysis.executions.len();
-            if need > have as u64 {
+            if d.dt_s > TOO_WIDE * p.bin_s {
                 why.push(format!(
-                    "{have} executions are too few to hold every {:.0} µs phase within {} % at {:.0} % (about {need} would)",
-                    own.cells(d.dt_s) as f64 * d.dt_s * 1e6,
-                    plan.rel_err * 100.0,
-                    plan.confidence * 100.0
+                    "bins of {:.1} µs are too wide for the phases the rig resolves (the shortest {:.0} µs): {} would hold {}",
+                    d.dt_s * 1e6,
+                    p.shortest_phase_s * 1e6,
+                    p.asks(),
+                    p.describe()
+                ));
+            } else if p.step_bias > p.rel_err {
+                why.push(format!(
+                    "a step inside a bin of {:.1} µs, the finest the rig resolves, can move a phase's level by up to {:.1} %, more than the {} % error planned for",
+                    p.bin_s * 1e6,
+                    p.step_bias * 100.0,
+                    p.rel_err * 100.0
+                ));
+            } else if p.for_levels > have as u64 {
+                why.push(format!(
+                    "{have} executions are too few to hold {} (about {} would)",
+                    p.describe(),
+                    p.for_levels
                 ));
             }
         }
@@ -409,27 +596,34 @@ pub fn validity(outside: &[String]) -> serde_json::Value {
 /// inside a cell, or one blurred over a few cells because the executions' steps fall at
 /// different times (`ramp` about four of their durations' standard deviations).
 fn phases(t: &[f64], dt: f64, w: &[f64], duration: f64, ramp: f64) -> Vec<(f64, f64)> {
-    let mut runs: Vec<(f64, usize, f64)> = Vec::new();
+    // Runs over every cell (those outside the kernel are its neighbours' context), each
+    // with the start and the count of its cells inside `[0, duration)`.
+    let mut runs: Vec<(usize, f64, Option<f64>, usize)> = Vec::new();
     for (&tc, &wc) in t.iter().zip(w) {
-        if tc < 0.0 || tc >= duration {
-            continue;
+        if !matches!(runs.last(), Some(r) if r.1 == wc) {
+            runs.push((0, wc, None, 0));
         }
-        match runs.last_mut() {
-            Some(r) if r.2 == wc => r.1 += 1,
-            _ => runs.push((tc - 0.5 * dt, 1, wc)),
+        let r = runs.last_mut().expect("pushed");
+        r.0 += 1;
+        if (0.0..duration).contains(&tc) {
+            r.2.get_or_insert(tc - 0.5 * dt);
+            r.3 += 1;
         }
     }
-    // Runs between their neighbours' levels; consecutive ones are one ramp, dropped when
-    // it spans no more than `ramp`.
+    // Runs no longer than `ramp` between their neighbours' levels; consecutive ones are
+    // one ramp, dropped when it spans no more than `ramp`.
     let inner = |i: usize| {
-        let between = |a: f64, b: f64| (a.min(b)..=a.max(b)).contains(&runs[i].2);
-        i > 0 && i + 1 < runs.len() && between(runs[i - 1].2, runs[i + 1].2)
+        let between = |a: f64, b: f64| (a.min(b)..=a.max(b)).contains(&runs[i].1);
+        i > 0
+            && i + 1 < runs.len()
+            && runs[i].0 as f64 * dt <= ramp * (1.0 + 1e-9)
+            && between(runs[i - 1].1, runs[i + 1].1)
     };
     let mut keep = vec![true; runs.len()];
     let mut i = 0;
     while i < runs.len() {
         let end = (i..runs.len()).find(|&j| !inner(j)).unwrap_or(runs.len());
-        let span: usize = runs[i..end].iter().map(|r| r.1).sum();
+        let span: usize = runs[i..end].iter().map(|r| r.0).sum();
         if end > i && span as f64 * dt <= ramp * (1.0 + 1e-9) {
             keep[i..end].iter_mut().for_each(|k| *k = false);
         }
@@ -437,7 +631,7 @@ fn phases(t: &[f64], dt: f64, w: &[f64], duration: f64, ramp: f64) -> Vec<(f64, 
     }
     (0..runs.len())
         .filter(|&i| keep[i])
-        .map(|i| (runs[i].0, runs[i].1 as f64 * dt))
+        .filter_map(|i| Some((runs[i].2?, runs[i].3 as f64 * dt)))
         .collect()
 }
 
@@ -532,16 +726,16 @@ fn end_lag(rig: &[Point], duration: f64, spread: f64) -> Option<f64> {
     (step.abs() > 0.0 && (0.0..=0.5 * duration).contains(&lag) && spread <= lag).then_some(lag)
 }
 
-/// What the correction's planner plans for: every phase at least `phase_s` long (3 bins
-/// when not given: the shortest phase with a bin that no step shares) within `rel_err`
-/// of its power, all of them together with probability `confidence`.
+/// What the correction's planner plans for: every phase the rig's reference resolves (or,
+/// with `phase_s`, bins that resolve phases that short) within `rel_err` of its power, all
+/// of them together with probability `confidence` ([`Corrected::run_plan`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PlanFor {
     /// Relative error (0.05: 5 %).
     pub rel_err: f64,
     /// Probability that every phase holds it.
     pub confidence: f64,
-    /// The shortest phase, s.
+    /// The shortest phase, s, in place of the rig's shortest.
     pub phase_s: Option<f64>,
 }
 
@@ -555,12 +749,108 @@ impl Default for PlanFor {
     }
 }
 
-impl PlanFor {
-    /// The shortest phase in bins of `dt` s (at least 1).
-    fn cells(&self, dt: f64) -> usize {
-        self.phase_s
-            .map_or(3, |p| (p / dt).round().max(1.0) as usize)
+/// How much wider than the planner's bins a correction's may be before the verdict calls
+/// them too wide: a step's share of the cell it falls in then moves a phase's level by up
+/// to three quarters of the error, where the plan keeps it within half.
+const TOO_WIDE: f64 = 1.5;
+
+/// How many times [`MIN_READINGS_PER_BIN`] the planner plans for: the readings a bin that
+/// a pilot counts, and those the planned run gets, each scatter by 5-10 % (Poisson, over
+/// some hundred bins), and a run that comes out under the minimum is corrected on bins
+/// twice as wide.
+const READINGS_MARGIN: f64 = 1.2;
+
+/// The fewest degrees of freedom the readings' scatter about the planner's fit must rest on
+/// to be taken for their errors when it is below what they state: `√(2·50)` puts the
+/// scatter's own relative error near 0.1.
+const MIN_SCALE_DOF: usize = 50;
+
+/// What the planner asks of a profiling run ([`Corrected::run_plan`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RunPlan {
+    /// The bins to correct on, s.
+    pub bin_s: f64,
+    /// Executions needed: the more of `for_bins` and `for_levels`.
+    pub executions: u64,
+    /// Executions that put [`MIN_READINGS_PER_BIN`] readings ([`READINGS_MARGIN`] times) in a bin
+    /// of `bin_s`.
+    pub for_bins: u64,
+    /// Executions that hold every phase's level within the error.
+    pub for_levels: u64,
+    /// The shortest phase planned for, s.
+    pub shortest_phase_s: f64,
+    /// The largest relative error a step inside a bin of `bin_s` can put in a phase's
+    /// level (half a bin's worth of the step, over the phase); the plan keeps it within
+    /// half the error where the rig resolves bins that fine, and the verdict says where
+    /// it is above the whole error.
+    pub step_bias: f64,
+    /// The phases held to the error.
+    pub phases: usize,
+    /// The logger's readings' scatter about the phases' fit against their standard
+    /// errors, by which the levels' deviations are scaled (up only where it rests on
+    /// few readings).
+    pub scale: f64,
+    /// The relative error planned for.
+    pub rel_err: f64,
+    /// The probability that every phase holds it.
+    pub confidence: f64,
+}
+
+impl RunPlan {
+    /// What it holds, for a sentence.
+    pub fn describe(&self) -> String {
+        format!(
+            "every phase the rig resolves ({}, the shortest {:.0} µs) within {} % at {:.0} %",
+            self.phases,
+            self.shortest_phase_s * 1e6,
+            self.rel_err * 100.0,
+            self.confidence * 100.0
+        )
     }
+
+    /// What it asks, for a sentence.
+    pub fn asks(&self) -> String {
+        format!(
+            "bins of {:.1} µs and about {} executions",
+            self.bin_s * 1e6,
+            self.executions
+        )
+    }
+}
+
+/// The runs of the rig's stitched profile `rig` on the GPU's timeline (its bins' times
+/// less the reference's `lag`), over the bins that reach into `[0, until)`: bins in turn,
+/// each joining the run before it while its level is within `tol` (relative) of that
+/// run's mean, as (start, end, mean level W, bins). A bin with no sample ends a run and
+/// joins none.
+fn reference_runs(rig: &[Point], lag: f64, until: f64, tol: f64) -> Vec<(f64, f64, f64, usize)> {
+    let mut runs: Vec<(f64, f64, f64, usize)> = Vec::new(); // start, end, Σ w, bins
+    let mut open = false;
+    for p in rig {
+        let (lo, hi) = (p.lo_s - lag, p.hi_s - lag);
+        if hi <= 0.0 || lo >= until {
+            continue;
+        }
+        if p.n == 0 || !p.mean_w.is_finite() {
+            open = false;
+            continue;
+        }
+        match runs.last_mut() {
+            Some(r)
+                if open
+                    && (p.mean_w - r.2 / r.3 as f64).abs() <= tol * (r.2 / r.3 as f64).abs() =>
+            {
+                r.1 = hi;
+                r.2 += p.mean_w;
+                r.3 += 1;
+            }
+            _ => runs.push((lo, hi, p.mean_w, 1)),
+        }
+        open = true;
+    }
+    runs.into_iter()
+        .map(|r| (r.0, r.1, r.2 / r.3 as f64, r.3))
+        .collect()
 }
 
 /// The figures of a correction, as `railtrace correct --json` prints them and the
@@ -589,8 +879,9 @@ pub fn figures(
         "requested_bin_s": c.requested_bin_s,
         "readings_per_bin": c.readings_per_bin,
         "band_carries": band_carries(c),
-        "planned_executions": c.planned_executions(plan),
-        "plan": c.plan(plan),
+        "planned_executions": c.run_plan(model, plan).map(|p| p.executions),
+        "run_plan": c.run_plan(model, plan),
+        "plan": c.plan(model, plan),
         "logger_model": model_path.display().to_string(),
         "family": model.family,
         "validity": validity(&c.outside_range(model, plan)),

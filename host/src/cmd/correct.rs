@@ -29,8 +29,9 @@ pub struct Args {
     /// hold fewer than 3 of the logger's readings each, too few to tell their scatter.
     #[arg(value_parser = super::bin_us, long, default_value_t = 10.0)]
     bin_us: f64,
-    /// The shortest phase the planner plans for, µs (3 bins when not given): it says how
-    /// many runs would hold every phase that long within --plan-error at 95 %.
+    /// The shortest phase the planner plans bins for, µs, in place of the shortest the
+    /// rig's reference resolves: it says the bins and runs that would hold every phase
+    /// within --plan-error at 95 %.
     #[arg(value_parser = super::bin_us, long)]
     phase_us: Option<f64>,
     /// The relative error the planner plans for (0.05: 5 %).
@@ -69,7 +70,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         phase_s: args.phase_us.map(|p| p * 1e-6),
         ..PlanFor::default()
     };
-    if let Some(plan) = c.plan(&plan) {
+    if let Some(plan) = c.plan(&model, &plan) {
         eprintln!("railtrace correct: {plan}");
     }
     print_validity(&c.outside_range(&model, &plan));

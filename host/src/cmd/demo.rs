@@ -33,6 +33,12 @@ pub struct Args {
     /// of the twin's real time).
     #[arg(long, default_value_t = 1000, value_parser = super::count(1, 1_000_000))]
     runs: usize,
+    /// Run a pilot of this many executions first and let its correction plan the run:
+    /// the executions and the bins that hold every phase the rig resolves within
+    /// --phase-tolerance at 95 % (in place of --runs and --bin-us); the pilot goes to
+    /// pilot/ under --out
+    #[arg(long, conflicts_with_all = ["runs", "bin_us"], value_parser = super::count(2, 1_000_000))]
+    pilot: Option<usize>,
     /// Shortest and longest random delay before each launch, ms (longer than the kernel
     /// plus the logger's window, so that no reading sees two executions).
     #[arg(value_parser = super::millis, long, allow_hyphen_values = true, num_args = 2, value_names = ["MIN", "MAX"], default_values_t = [1.5, 3.0])]
@@ -53,9 +59,9 @@ pub struct Args {
     /// The check on each corrected phase's power, relative (0.05: within 5 %).
     #[arg(long, default_value_t = 0.05)]
     phase_tolerance: f64,
-    /// The shortest phase the correction's planner plans for, µs (3 bins when not given):
-    /// it says how many runs would hold every phase that long within --phase-tolerance
-    /// at 95 %.
+    /// The shortest phase the correction's planner plans bins for, µs, in place of the
+    /// shortest the rig's reference resolves: it says the bins and runs that would hold
+    /// every phase within --phase-tolerance at 95 %.
     #[arg(value_parser = super::bin_us, long)]
     phase_us: Option<f64>,
     /// The check on each corrected step's time, µs.
@@ -88,6 +94,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         rig: args.rig,
         kernel: args.kernel,
         runs: args.runs,
+        pilot: args.pilot,
         delay_s: (args.delay_ms[0] * 1e-3, args.delay_ms[1] * 1e-3),
         bin_s: args.bin_us.map(|b| b * 1e-6),
         rate_hz: args.rate,
@@ -100,10 +107,23 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         plan,
         seed: args.seed,
     };
-    let bar = indicatif::ProgressBar::new(req.runs as u64);
-    bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    // A bar for each profiling run (the pilot's, then the planned one).
+    let mut length = req.runs;
+    let mut bar = indicatif::ProgressBar::hidden();
     let spinner = indicatif::ProgressBar::new_spinner();
     let demo = railtrace::demo::run(&req, &mut |stage| match stage {
+        Stage::Pilot(runs) => {
+            length = runs;
+            eprintln!("railtrace demo: a pilot of {runs} executions first, to plan the run");
+        }
+        Stage::Planned(p) => {
+            length = p.executions as usize;
+            eprintln!(
+                "railtrace demo: the pilot plans {} for {}; running them",
+                p.asks(),
+                p.describe()
+            );
+        }
         Stage::Setup(s) => {
             eprintln!(
                 "railtrace demo: {} -> {}\n  {}",
@@ -111,7 +131,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 req.out.display(),
                 s.describe()
             );
-            bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+            bar = indicatif::ProgressBar::new(length as u64);
         }
         Stage::Train(a) => bar.set_position(a.runs as u64),
         Stage::Profiled(run, p) => {
@@ -126,11 +146,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             spinner.finish_and_clear();
             calibrate::print(c, path);
         }
-        Stage::Corrected(c) => {
+        Stage::Corrected(c, model) => {
             if let Some(why) = c.widened() {
                 eprintln!("railtrace correct: {why}");
             }
-            if let Some(plan) = c.plan(&plan) {
+            if let Some(plan) = c.plan(model, &plan) {
                 eprintln!("railtrace correct: {plan}");
             }
         }

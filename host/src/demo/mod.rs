@@ -15,7 +15,7 @@ use std::time::Instant;
 use railtrace_twin::scenario::{Loaded, ScenarioError};
 
 use crate::analysis::calibrate::{self, CalibrateError, Calibrated};
-use crate::analysis::correct::{self, CorrectError, Corrected};
+use crate::analysis::correct::{self, CorrectError, Corrected, RunPlan};
 use crate::gpu::profile::{Acquired, Plan, ProfileError, Profiled, Run};
 use crate::gpu::Launch;
 use crate::store::recording::rig_path;
@@ -35,6 +35,9 @@ pub struct Request {
     pub kernel: String,
     /// Executions to profile, each after a random delay.
     pub runs: usize,
+    /// Executions of a pilot run first, whose correction plans the run's executions and
+    /// bins ([`Corrected::run_plan`]) in place of `runs` and `bin_s`.
+    pub pilot: Option<usize>,
     /// Shortest and longest random delay before each launch, s.
     pub delay_s: (f64, f64),
     /// The profiles' bin, s; the finest the rig resolves (at least 10 µs) when none.
@@ -161,6 +164,11 @@ impl Setup {
 /// What a demo is doing, for a progress display.
 #[derive(Debug)]
 pub enum Stage<'a> {
+    /// A pilot run of so many executions starts (its stages follow, then
+    /// [`Stage::Planned`]).
+    Pilot(usize),
+    /// The pilot's plan, for the run that follows.
+    Planned(&'a RunPlan),
     /// Set up.
     Setup(&'a Setup),
     /// Profiling: a train done.
@@ -173,8 +181,11 @@ pub enum Stage<'a> {
     Calibrated(&'a Calibrated, &'a Path),
     /// Correcting the logger's profile.
     Correcting,
-    /// The logger's profile corrected.
-    Corrected(&'a Corrected),
+    /// The logger's profile corrected with the logger's model.
+    Corrected(
+        &'a Corrected,
+        &'a crate::analysis::logger_model::LoggerModel,
+    ),
     /// The conditions that put the correction outside the range where it can be trusted
     /// ([`Corrected::outside_range`]; none: within it).
     Judged(&'a [String]),
@@ -239,6 +250,19 @@ pub fn run(req: &Request, on: &mut dyn FnMut(Stage<'_>)) -> Result<Demo, DemoErr
             "the bin and the runs must be > 0".into(),
         ));
     }
+    let planned = match req.pilot {
+        Some(runs) => Some((runs, pilot(req, runs, on)?)),
+        None => None,
+    };
+    let req = &match &planned {
+        Some((_, p)) => Request {
+            runs: p.executions as usize,
+            bin_s: Some(p.bin_s),
+            pilot: None,
+            ..req.clone()
+        },
+        None => req.clone(),
+    };
     let out = &req.out;
     let write = |e: anyhow::Error| DemoError::Write(format!("{e:#}"));
     std::fs::create_dir_all(out)
@@ -266,7 +290,7 @@ pub fn run(req: &Request, on: &mut dyn FnMut(Stage<'_>)) -> Result<Demo, DemoErr
         setup.loaded.rig.accuracy,
     )?;
     let correct_s = t.elapsed().as_secs_f64();
-    on(Stage::Corrected(&c));
+    on(Stage::Corrected(&c, &cal.model));
     let outside = c.outside_range(&cal.model, &req.plan);
     on(Stage::Judged(&outside));
 
@@ -277,6 +301,15 @@ pub fn run(req: &Request, on: &mut dyn FnMut(Stage<'_>)) -> Result<Demo, DemoErr
     let scored = score::score(&truth, &c).map_err(untrue)?;
     let checks = checks(&scored.rows, &req.tolerances);
     let mut figures = figures(req, &setup, &cal, &c, &outside, &scored, &checks);
+    if let Some((runs, p)) = &planned {
+        // The pilot's plan beside the one this run makes again from its own capture.
+        let again = figures["run_plan"]["executions"].as_f64();
+        figures["pilot"] = serde_json::json!({
+            "runs": runs,
+            "run_plan": p,
+            "replanned_ratio": again.map(|n| n / p.executions as f64),
+        });
+    }
     figures["seconds"] =
         serde_json::json!({"profile": profile_s, "calibrate": cal.seconds, "correct": correct_s});
     let mut title = format!("railtrace demo: {}", setup.loaded.scenario.description);
@@ -313,6 +346,55 @@ pub fn run(req: &Request, on: &mut dyn FnMut(Stage<'_>)) -> Result<Demo, DemoErr
             started.elapsed().as_secs_f64(),
         ],
     })
+}
+
+/// Most executions a demo runs: about a day of the twin's real time.
+pub const MAX_RUNS: usize = 1_000_000;
+
+/// A pilot run of `runs` executions into `pilot/` under the demo's folder, profiled,
+/// calibrated and corrected as the demo is, for the plan its correction makes.
+///
+/// # Errors
+///
+/// As [`run`]'s stages, a pilot whose correction cannot plan, or a plan over
+/// [`MAX_RUNS`].
+fn pilot(req: &Request, runs: usize, on: &mut dyn FnMut(Stage<'_>)) -> Result<RunPlan, DemoError> {
+    on(Stage::Pilot(runs));
+    let req = Request {
+        out: req.out.join("pilot"),
+        runs,
+        pilot: None,
+        ..req.clone()
+    };
+    std::fs::create_dir_all(&req.out)
+        .map_err(|e| DemoError::Write(format!("cannot create {}: {e}", req.out.display())))?;
+    let setup = setup(&req)?;
+    on(Stage::Setup(&setup));
+    let (run, profiled) = profile(&req, &setup, on)?;
+    on(Stage::Profiled(&run, &profiled));
+    let (cal, logger_path) = identify(&req, &run.output, on)?;
+    on(Stage::Calibrated(&cal, &logger_path));
+    let c = correct::correct(
+        &run.output,
+        &rig_path(&run.output),
+        &cal.model,
+        &logger_path,
+        setup.bin_s,
+        setup.loaded.rig.accuracy,
+    )?;
+    let plan = c.run_plan(&cal.model, &req.plan).ok_or_else(|| {
+        DemoError::Request(format!(
+            "the pilot of {runs} executions cannot plan the run (its rig's reference or its logger's readings tell no phase): try a longer pilot"
+        ))
+    })?;
+    if plan.executions > MAX_RUNS as u64 {
+        return Err(DemoError::Request(format!(
+            "the pilot plans {}, more than the demo runs ({MAX_RUNS}, about a day of the twin's real time)",
+            plan.asks()
+        )));
+    }
+    on(Stage::Planned(&plan));
+    Ok(plan)
 }
 
 /// The scenario loaded; bins of 10 µs, or the finest the rig resolves at the top rate its
@@ -484,8 +566,9 @@ fn figures(
         "requested_bin_s": c.requested_bin_s,
         "readings_per_bin": c.readings_per_bin,
         "widened": c.widened(),
-        "planned_executions": c.planned_executions(&req.plan),
-        "plan": c.plan(&req.plan),
+        "planned_executions": c.run_plan(&cal.model, &req.plan).map(|p| p.executions),
+        "run_plan": c.run_plan(&cal.model, &req.plan),
+        "plan": c.plan(&cal.model, &req.plan),
         "validity": correct::validity(outside),
         "logger": cal.model,
         "idle_w": c.idle_w,

@@ -249,6 +249,17 @@ fn report_html(
     if let Some(why) = figures["widened"].as_str() {
         let _ = writeln!(h, "<p><b>Bins widened:</b> {}.</p>", escape(why));
     }
+    let pilot = &figures["pilot"];
+    if let Some(runs) = pilot["runs"].as_u64() {
+        let p = &pilot["run_plan"];
+        let _ = writeln!(
+            h,
+            "<p><b>Pilot:</b> {runs} executions planned this run: bins of {:.1} µs and {} executions; this run's own plan asks for {:.2} times that.</p>",
+            p["bin_s"].as_f64().unwrap_or(f64::NAN) * 1e6,
+            p["executions"],
+            pilot["replanned_ratio"].as_f64().unwrap_or(f64::NAN),
+        );
+    }
     if let Some(plan) = figures["plan"].as_str() {
         let _ = writeln!(h, "<p><b>Plan:</b> {}.</p>", escape(plan));
     }
