@@ -2278,22 +2278,19 @@ pub fn deconvolve(input: &Input, options: &Options) -> Result<Deconvolved, Param
         // (the estimate itself when they do not spread), on the rows' cells and on every
         // output cell; the replicates' readings are its model readings.
         let fixed = (model.c_free - c_start) as usize;
-        let rows_power = if input.timing_sd_s > 0.0 {
+        let (rows_power, pred) = if input.timing_sd_s > 0.0 {
             let start = model.t0 + model.c_free as f64 * model.dt;
-            blurred(
+            let blurred = blurred(
                 &power_w[fixed..fixed + model.nr],
                 start,
                 model.dt,
                 model.idle,
                 input.timing_sd_s / input.duration_s,
-            )
+            );
+            let pred = model.predict_powers(&blurred, delta);
+            (blurred, pred)
         } else {
-            power_w[fixed..fixed + model.nr].to_vec()
-        };
-        let pred = if input.timing_sd_s > 0.0 {
-            model.predict_powers(&rows_power, delta)
-        } else {
-            pred
+            (power_w[fixed..fixed + model.nr].to_vec(), pred)
         };
         // The delay's effect per cell, and on the energy.
         let along_delay = if input.delay_sd_s > 0.0 {

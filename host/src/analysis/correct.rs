@@ -305,8 +305,9 @@ impl Corrected {
     /// the level of every phase the rig's reference resolves within `plan`'s relative
     /// error, all of them together with its confidence. The phases: the rig's stitched
     /// profile's runs of bins whose level stays within the error of the run's mean
-    /// ([`reference_runs`]), less the ramps between two levels ([`phases`]), each reaching
-    /// to the middle of the ramps either side. The bins: the width asked for, or a third
+    /// ([`reference_runs`]), less the steps between two levels (runs no longer than a
+    /// step's spread), each reaching to the middle of the steps either side. The bins:
+    /// the width asked for, or a third
     /// of the shortest phase (or of `plan.phase_s`) where that is narrower, holding
     /// [`READINGS_MARGIN`] × [`MIN_READINGS_PER_BIN`] readings a bin. The levels: the
     /// logger's readings fitted with every step where the rig puts it
@@ -492,14 +493,14 @@ impl Corrected {
 impl Corrected {
     /// Every condition that puts this correction outside the range where it can be
     /// trusted, as a sentence (none: within range): a logger model that is not a
-    /// calibration (its doubts), a phase under 3 bins (its level is not resolved): one
-    /// the rig's reference resolves ([`Corrected::run_plan`]), or without it one the
-    /// corrected profile draws (a single cell between its neighbours' levels is a step
-    /// inside that cell, not a phase), bins over the kernel and the logger's reach that hold no
-    /// reading (a fifth of them, or a gap as long as the shortest phase: the runs' offsets
-    /// cover it too sparsely), bins
-    /// [`TOO_WIDE`] times wider than [`Corrected::run_plan`] plans for the phases the rig
-    /// resolves, and fewer executions than it asks for their levels.
+    /// calibration (its doubts); bins [`TOO_WIDE`] times wider than
+    /// [`Corrected::run_plan`] plans for the phases the rig resolves, a step inside the
+    /// rig's finest bins that can move a phase's level by more than the error, or fewer
+    /// executions than the phases' levels need; without the rig's reference, a phase the
+    /// corrected profile draws under 3 bins (a single cell between its neighbours' levels
+    /// is a step inside that cell, not a phase); and bins over the kernel and the logger's
+    /// reach that hold no reading (a fifth of them, or a gap as long as the shortest
+    /// phase: the runs' offsets cover it too sparsely).
     pub fn outside_range(&self, model: &LoggerModel, plan: &PlanFor) -> Vec<String> {
         let mut why = Vec::new();
         if !model.doubts.is_empty() {
@@ -861,6 +862,7 @@ pub fn figures(
     model_path: &Path,
     plan: &PlanFor,
 ) -> serde_json::Value {
+    let run_plan = c.run_plan(model, plan);
     let (a, d) = (&c.analysis, &c.d);
     serde_json::json!({
         "duration_s": c.duration_s,
@@ -879,8 +881,8 @@ pub fn figures(
         "requested_bin_s": c.requested_bin_s,
         "readings_per_bin": c.readings_per_bin,
         "band_carries": band_carries(c),
-        "planned_executions": c.run_plan(model, plan).map(|p| p.executions),
-        "run_plan": c.run_plan(model, plan),
+        "planned_executions": run_plan.as_ref().map(|p| p.executions),
+        "run_plan": run_plan,
         "plan": c.plan(model, plan),
         "logger_model": model_path.display().to_string(),
         "family": model.family,

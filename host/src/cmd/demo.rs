@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 
 use railtrace::analysis::correct::PlanFor;
-use railtrace::demo::{Request, Stage, Tolerances};
+use railtrace::demo::{Request, Stage, Tolerances, MAX_RUNS};
 
 use super::{calibrate, profile};
 
@@ -31,13 +31,13 @@ pub struct Args {
     kernel: String,
     /// Executions to profile, each after a random delay (at most 1 000 000: about a day
     /// of the twin's real time).
-    #[arg(long, default_value_t = 1000, value_parser = super::count(1, 1_000_000))]
+    #[arg(long, default_value_t = 1000, value_parser = super::count(1, MAX_RUNS as u64))]
     runs: usize,
     /// Run a pilot of this many executions first and let its correction plan the run:
     /// the executions and the bins that hold every phase the rig resolves within
-    /// --phase-tolerance at 95 % (in place of --runs and --bin-us); the pilot goes to
-    /// pilot/ under --out
-    #[arg(long, conflicts_with_all = ["runs", "bin_us"], value_parser = super::count(2, 1_000_000))]
+    /// --phase-tolerance at 95 % (in place of --runs and --bin-us); the pilot, its delays
+    /// drawn from a seed of its own, goes to pilot/ under --out
+    #[arg(long, conflicts_with_all = ["runs", "bin_us"], value_parser = super::count(2, MAX_RUNS as u64))]
     pilot: Option<usize>,
     /// Shortest and longest random delay before each launch, ms (longer than the kernel
     /// plus the logger's window, so that no reading sees two executions).

@@ -356,14 +356,17 @@ pub const MAX_RUNS: usize = 1_000_000;
 ///
 /// # Errors
 ///
-/// As [`run`]'s stages, a pilot whose correction cannot plan, or a plan over
-/// [`MAX_RUNS`].
+/// As [`run`]'s stages, a pilot whose logger model is not a calibration (its doubts) or
+/// whose correction cannot plan, or a plan over [`MAX_RUNS`].
 fn pilot(req: &Request, runs: usize, on: &mut dyn FnMut(Stage<'_>)) -> Result<RunPlan, DemoError> {
     on(Stage::Pilot(runs));
+    // Its delays drawn from a seed of its own, so that the run it plans is no replay of
+    // its first executions.
     let req = Request {
         out: req.out.join("pilot"),
         runs,
         pilot: None,
+        seed: !req.seed,
         ..req.clone()
     };
     std::fs::create_dir_all(&req.out)
@@ -374,6 +377,12 @@ fn pilot(req: &Request, runs: usize, on: &mut dyn FnMut(Stage<'_>)) -> Result<Ru
     on(Stage::Profiled(&run, &profiled));
     let (cal, logger_path) = identify(&req, &run.output, on)?;
     on(Stage::Calibrated(&cal, &logger_path));
+    if !cal.model.doubts.is_empty() {
+        return Err(DemoError::Request(format!(
+            "the pilot of {runs} executions did not calibrate the logger ({}): try a longer pilot",
+            cal.model.doubts.join("; ")
+        )));
+    }
     let c = correct::correct(
         &run.output,
         &rig_path(&run.output),
@@ -555,6 +564,7 @@ fn figures(
 ) -> serde_json::Value {
     let (a, d, rig) = (&c.analysis, &c.d, &setup.loaded.rig);
     let raw = &scored.profiles.raw;
+    let run_plan = c.run_plan(&cal.model, &req.plan);
     serde_json::json!({
         "scenario": setup.loaded.scenario.description,
         "rig": {"name": rig.name, "summary": railtrace_rig::summary(rig)},
@@ -566,8 +576,8 @@ fn figures(
         "requested_bin_s": c.requested_bin_s,
         "readings_per_bin": c.readings_per_bin,
         "widened": c.widened(),
-        "planned_executions": c.run_plan(&cal.model, &req.plan).map(|p| p.executions),
-        "run_plan": c.run_plan(&cal.model, &req.plan),
+        "planned_executions": run_plan.as_ref().map(|p| p.executions),
+        "run_plan": run_plan,
         "plan": c.plan(&cal.model, &req.plan),
         "validity": correct::validity(outside),
         "logger": cal.model,
