@@ -10,7 +10,8 @@ use arrow_schema::{ArrowError, DataType, Field, Schema};
 use railtrace_calibration::deconvolve::{
     deconvolve, kernel, Deconvolved, Input, LoggerKernel, Options as DeconvolveOptions, Profile,
 };
-use railtrace_calibration::stats::{median, normal_quantile};
+use railtrace_calibration::plan::simultaneous_confidence;
+use railtrace_calibration::stats::{median, two_sided_normal};
 use railtrace_calibration::stitch::ProfileBin;
 
 use railtrace_rig::Accuracy;
@@ -418,7 +419,7 @@ impl Corrected {
             s if s.is_finite() => s.max(1.0),
             _ => 1.0,
         };
-        let z = -normal_quantile(0.5 * (1.0 - plan.confidence) / held.len().max(1) as f64);
+        let z = two_sided_normal(simultaneous_confidence(plan.confidence, held.len()));
         // The readings hold the rest of the error, half of it at least: where even the
         // rig's finest bins leave a step more than half, the verdict says so.
         let factor = (held.iter().zip(&fit.sd_w).enumerate())
