@@ -1110,9 +1110,12 @@ pub struct FamilyFit {
     pub params: usize,
     /// `n_u · ln(RSS / n) + k · ln n_u`.
     pub bic: f64,
-    /// The factor applied to the curvature standard errors for residual autocorrelation
-    /// (≥ 1).
+    /// The largest factor by which the load steps' shared errors widened a standard error
+    /// beyond the independent readings' (≥ 1).
     pub se_inflation: f64,
+    /// The degrees of freedom the standard errors rest on: the run's load-step blocks
+    /// less one (see [`FamilyFit::interval`]).
+    pub se_dof: f64,
     /// True if the delay or the shape lies at an end of its search range (the delay's
     /// bracket reaches `−max_advance_periods·T` and the delay is within half a period of
     /// it, or the delay reaches `max_delay_periods·T`; a window at
@@ -1146,6 +1149,26 @@ impl FamilyFit {
             Shape::Exponential { tau_s } => Some(*tau_s),
             _ => None,
         }
+    }
+
+    /// The interval that holds the parameter `e` of this fit at `confidence`:
+    /// `value ± t·se`, Student's t on the fit's [`se_dof`](Self::se_dof) (infinite where
+    /// its standard error is not known).
+    pub fn interval(&self, e: Estimate, confidence: f64) -> (f64, f64) {
+        let half = crate::stats::two_sided_t(confidence, self.se_dof) * e.se;
+        if half.is_finite() {
+            (e.value - half, e.value + half)
+        } else {
+            (f64::NEG_INFINITY, f64::INFINITY)
+        }
+    }
+
+    /// The delay's interval at `confidence`: the readings are equally consistent with
+    /// any delay in `(delay_min_s, delay_s]`, and that bracket's ends are known to the
+    /// delay's standard error.
+    pub fn delay_interval(&self, confidence: f64) -> (f64, f64) {
+        let (lo, hi) = self.interval(self.delay_s, confidence);
+        (lo - (self.delay_s.value - self.delay_min_s), hi)
     }
 
     /// Why this fit does not identify the logger, if it does not: a parameter the
@@ -1965,12 +1988,50 @@ fn groups(assign: &[i64], w: &[f64]) -> Vec<(i64, usize, usize, f64)> {
     out
 }
 
-/// `s² (JᵀJ)⁻¹` and the AR(1) inflation for per-update rows and residuals.
-fn curvature_cov(rows: &[Vec<f64>], resid: &[f64]) -> (Option<Vec<f64>>, f64) {
+/// The load steps' blocks of a run of updates, from each update's prediction `pred`:
+/// each update's block, counted from 0, and the number of blocks. A step is an update
+/// whose prediction moves from the one before by more than a tenth of the predictions'
+/// spread (5th to 95th percentile); steps with no steady update between them are one
+/// step, and a block runs from a step to the next, the level it steps to with it (a
+/// level's readings share its errors: the reference's error over it, the readings'
+/// rounding of it).
+fn load_blocks(pred: &[f64]) -> (Vec<usize>, usize) {
+    let n = pred.len();
+    if n == 0 {
+        return (Vec::new(), 0);
+    }
+    let mut sorted = pred.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let q = |p: f64| sorted[((n - 1) as f64 * p).round() as usize];
+    let threshold = 0.1 * (q(0.95) - q(0.05));
+    let moved = |i: usize| i > 0 && (pred[i] - pred[i - 1]).abs() > threshold;
+    let mut id = 0;
+    let block: Vec<usize> = (0..n)
+        .map(|i| {
+            id += usize::from(moved(i) && !moved(i - 1));
+            id
+        })
+        .collect();
+    (block, id + 1)
+}
+
+/// The parameters' covariance for per-update rows and residuals, with the updates'
+/// load-step blocks given by their predictions `pred`; the largest factor by which the
+/// blocks widened a standard error (≥ 1); and the degrees of freedom the standard errors
+/// rest on (the blocks less one).
+///
+/// The residuals of one load step share its errors (the model's shape at the step, the
+/// reference's noise there), so the readings are not as many independent errors as they
+/// are: the covariance is the cluster-robust sandwich `(JᵀJ)⁻¹ (Σ_b J_bᵀ r_b r_bᵀ J_b)
+/// (JᵀJ)⁻¹` over the blocks (with the small-sample factor `G/(G − 1)·(n − 1)/(n − p)`),
+/// each standard error never below the independent readings' `s² (JᵀJ)⁻¹` (a few blocks
+/// state the sandwich loosely), and the intervals take Student's t on `G − 1` degrees of
+/// freedom: a run with few load steps gets intervals as wide as those steps allow.
+fn curvature_cov(rows: &[Vec<f64>], resid: &[f64], pred: &[f64]) -> (Option<Vec<f64>>, f64, f64) {
     let p = rows.first().map_or(0, Vec::len);
     let n = rows.len();
     if p == 0 || n <= p {
-        return (None, 1.0);
+        return (None, 1.0, 0.0);
     }
     let mut jtj = vec![0.0; p * p];
     for r in rows {
@@ -1982,13 +2043,6 @@ fn curvature_cov(rows: &[Vec<f64>], resid: &[f64]) -> (Option<Vec<f64>>, f64) {
     }
     let ss: f64 = resid.iter().map(|r| r * r).sum();
     let s2 = ss / (n - p) as f64;
-    let lag1: f64 = resid.windows(2).map(|w| w[0] * w[1]).sum();
-    let rho = if ss > 0.0 {
-        (lag1 / ss).clamp(0.0, 0.95)
-    } else {
-        0.0
-    };
-    let inflation = ((1.0 + rho) / (1.0 - rho)).sqrt();
     // Columns scaled to unit norm first (their scales differ by many decades).
     let scale: Vec<f64> = (0..p)
         .map(|a| {
@@ -2003,12 +2057,57 @@ fn curvature_cov(rows: &[Vec<f64>], resid: &[f64]) -> (Option<Vec<f64>>, f64) {
     let scaled: Vec<f64> = (0..p * p)
         .map(|i| jtj[i] * scale[i / p] * scale[i % p])
         .collect();
-    let cov = spd_inverse(&scaled, p).map(|inv| {
-        (0..p * p)
-            .map(|i| inv[i] * scale[i / p] * scale[i % p] * s2 * inflation * inflation)
-            .collect::<Vec<f64>>()
-    });
-    (cov, inflation)
+    let Some(inv) = spd_inverse(&scaled, p) else {
+        return (None, 1.0, 0.0);
+    };
+    let bread: Vec<f64> = (0..p * p)
+        .map(|i| inv[i] * scale[i / p] * scale[i % p])
+        .collect();
+    let (block, g) = load_blocks(pred);
+    let mut sums = vec![vec![0.0; p]; g];
+    for ((r, e), &b) in rows.iter().zip(resid).zip(&block) {
+        for a in 0..p {
+            sums[b][a] += r[a] * e;
+        }
+    }
+    let mut meat = vec![0.0; p * p];
+    for s in &sums {
+        for a in 0..p {
+            for b in 0..p {
+                meat[a * p + b] += s[a] * s[b];
+            }
+        }
+    }
+    let small = if g > 1 {
+        g as f64 / (g - 1) as f64 * (n - 1) as f64 / (n - p) as f64
+    } else {
+        0.0
+    };
+    let sandwich = |a: usize, b: usize| {
+        let mut v = 0.0;
+        for i in 0..p {
+            for j in 0..p {
+                v += bread[a * p + i] * meat[i * p + j] * bread[j * p + b];
+            }
+        }
+        small * v
+    };
+    let widen: Vec<f64> = (0..p)
+        .map(|a| {
+            let naive = s2 * bread[a * p + a];
+            if naive > 0.0 {
+                (sandwich(a, a) / naive).sqrt().max(1.0)
+            } else {
+                1.0
+            }
+        })
+        .collect();
+    let cov = (0..p * p)
+        .map(|i| s2 * bread[i] * widen[i / p] * widen[i % p])
+        .collect();
+    let inflation = widen.iter().copied().fold(1.0, f64::max);
+    let dof = ((g.max(2) - 1) as f64).min((n - p) as f64);
+    (Some(cov), inflation, dof)
 }
 
 /// Readings above which the search runs on a part of them and only the refinement on all
@@ -2287,8 +2386,7 @@ fn finish_parametric(engine: &Engine<'_>, opt: &Optimum, w: &[f64]) -> (FamilyFi
     let assign = engine.assignment(t, phi, &ev);
     let gr = groups(&assign, w);
     let n = w.len();
-    // Prediction per update for nonlinear parameters `x` (same parametrisation); the
-    // period and the phase move the grid only, so their steps keep the response.
+    // Prediction per update for nonlinear parameters `x` (same parametrisation).
     let ks: Vec<i64> = gr.iter().map(|g| g.0).collect();
     let here = feat_for(reference, opt.kind, shape);
     let kmax = gr
@@ -2321,14 +2419,14 @@ fn finish_parametric(engine: &Engine<'_>, opt: &Optimum, w: &[f64]) -> (FamilyFi
         }
         moved.extend([xp, xm]);
     }
-    let shaped: Vec<Feat<'_>> = (moved[4..].iter())
-        .map(|x| feat_for(reference, opt.kind, unpack(opt.kind, x).2))
+    // The shape moves with the third parameter, and with the period where the windows
+    // tile time (a tiling box's window is its period).
+    let moves_shape = |j: usize| j >= 4 || (opt.kind == Kind::Tiling && j < 2);
+    let shaped: Vec<Option<Feat<'_>>> = (moved.iter().enumerate())
+        .map(|(j, x)| moves_shape(j).then(|| feat_for(reference, opt.kind, unpack(opt.kind, x).2)))
         .collect();
     let at: Vec<(&[f64], &Feat<'_>)> = std::iter::once((&opt.x[..], &here))
-        .chain(
-            (moved.iter().enumerate())
-                .map(|(j, x)| (&x[..], if j < 4 { &here } else { &shaped[j - 4] })),
-        )
+        .chain((moved.iter().zip(&shaped)).map(|(x, f)| (&x[..], f.as_ref().unwrap_or(&here))))
         .collect();
     let mut fs = features_of(engine, opt.kind, &at, &ks);
     let f0 = fs.remove(0);
@@ -2352,7 +2450,7 @@ fn finish_parametric(engine: &Engine<'_>, opt: &Optimum, w: &[f64]) -> (FamilyFi
         .zip(&f0)
         .map(|(g, f)| g.3 - (ev.gain * f + ev.offset))
         .collect();
-    let (cov, inflation) = curvature_cov(&rows, &resid);
+    let (cov, inflation, dof) = curvature_cov(&rows, &resid, &f0);
     let p = nl + 2;
     let var = |a: usize, b: usize| cov.as_ref().map_or(f64::NAN, |c| c[a * p + b]);
     let se = |a: usize| var(a, a).max(0.0).sqrt();
@@ -2414,6 +2512,7 @@ fn finish_parametric(engine: &Engine<'_>, opt: &Optimum, w: &[f64]) -> (FamilyFi
         params,
         bic: bic(ev.rss, n, gr.len(), params),
         se_inflation: inflation,
+        se_dof: dof,
         at_search_edge: shape_edge || delay_edge,
     };
     (fit, assign)
@@ -2550,10 +2649,10 @@ fn fit_response(
             })
             .collect();
         let resid: Vec<f64> = gr.iter().zip(pred_u).map(|(g, p)| g.3 - p).collect();
-        let (cov, inflation) = curvature_cov(&rows, &resid);
-        (active, cov, inflation)
+        let (cov, inflation, dof) = curvature_cov(&rows, &resid, pred_u);
+        (active, cov, inflation, dof)
     };
-    let (active, cov, _) = curvature(&best.1, &best.2, &best.4);
+    let (active, cov, ..) = curvature(&best.1, &best.2, &best.4);
     let sd = |cov: &Option<Vec<f64>>, p: usize, a: usize| {
         cov.as_ref()
             .map_or(f64::NAN, |c| c[a * p + a])
@@ -2578,7 +2677,8 @@ fn fit_response(
         best
     };
     let gain: f64 = coef.iter().sum();
-    let (active, cov, inflation) = curvature(&design, &coef, &pred_u);
+    let (active, cov, inflation, dof) = curvature(&design, &coef, &pred_u);
+    let dof = dof.min(parent.se_dof);
     let rss = if stride > 1 {
         rss_over(&all, sigma, &coef, offset)
     } else {
@@ -2640,6 +2740,7 @@ fn fit_response(
         params,
         bic: bic(rss, n, all.len(), params),
         se_inflation: inflation,
+        se_dof: dof,
         at_search_edge: parent.at_search_edge,
     }
 }

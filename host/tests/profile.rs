@@ -351,6 +351,8 @@ fn correct_undoes_the_twins_box_logger_and_keeps_the_energy() {
         offset_se_w: 0.0,
         residual_rms_w: 0.0,
         readings: 0,
+        se_dof: None,
+        intervals: Default::default(),
         doubts: Vec::new(),
         bic: Default::default(),
         families: Vec::new(),

@@ -337,3 +337,89 @@ fn the_3090s_second_long_average_and_the_k40ms_low_pass_deconvolved_follow_the_m
     assert!(!dir.join("a.csv").exists());
     assert!(err.contains("a.csv: nothing deconvolved"), "{err}");
 }
+
+/// How much later nvidia-smi reads `power.draw.instant` than `power.draw` in one row of
+/// `gpudata.csv`, s: the two show the same updates, and in every row where they differ the
+/// instant holds the next row's `power.draw` (an update landed between the two reads), so
+/// the fraction of updates that land there, times the rows' mean spacing, is the time
+/// between the reads.
+fn read_lag(csv: &Path) -> f64 {
+    let text = std::fs::read_to_string(csv).unwrap();
+    let mut lines = text.lines();
+    let head: Vec<&str> = lines.next().unwrap().split(',').map(str::trim).collect();
+    let col = |name: &str| head.iter().position(|h| h.starts_with(name)).unwrap();
+    let (draw, instant) = (col("power.draw ["), col("power.draw.instant"));
+    let rows: Vec<(f64, f64, f64)> = lines
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').map(str::trim).collect();
+            let clock = f[0].split(' ').nth(1).unwrap();
+            let hms: Vec<f64> = clock.split(':').map(|x| x.parse().unwrap()).collect();
+            let watts = |i: usize| f[i].split(' ').next().unwrap().parse::<f64>().unwrap();
+            (
+                hms[0] * 3600.0 + hms[1] * 60.0 + hms[2],
+                watts(draw),
+                watts(instant),
+            )
+        })
+        .collect();
+    let updates = rows.windows(2).filter(|p| p[1].1 != p[0].1).count();
+    let differ: Vec<usize> = (0..rows.len())
+        .filter(|&k| rows[k].1 != rows[k].2)
+        .collect();
+    assert!(
+        differ
+            .iter()
+            .all(|&k| k + 1 < rows.len() && rows[k].2 == rows[k + 1].1),
+        "{}: a row whose instant is not the next row's power.draw",
+        csv.display()
+    );
+    let spacing = (rows[rows.len() - 1].0 - rows[0].0) / (rows.len() - 1) as f64;
+    differ.len() as f64 / updates as f64 * spacing
+}
+
+/// The two power columns of one nvidia-smi row show the logger's same updates, read a few
+/// milliseconds apart: their delays' 95 % intervals, the instant's moved by the time
+/// between the reads (2.4 and 2.9 ms here, from the rows alone), overlap. (Their standard
+/// errors alone, ±0.3 ms, put the delays 3.6 and 2.8 ms apart.)
+#[test]
+fn the_delays_of_two_columns_of_one_row_differ_by_the_time_between_their_reads() {
+    let Some(root) = data_root() else { return };
+    let dir = TempDir::new("real-read-lag");
+    for (run, file) in [
+        ("Transient_Response/A100_TR", "tr.arrow"),
+        ("5050/A100", "sq.arrow"),
+    ] {
+        import(&root, &dir, run, file);
+        let delay = |column: &str| {
+            let args = [
+                "calibrate",
+                "logger",
+                file,
+                "-o",
+                "m.toml",
+                "--json",
+                "--column",
+                column,
+            ];
+            let (m, _) = ok(&dir.0, &args);
+            let i = &m["intervals"]["delay_s"];
+            assert_eq!(i["level"], 0.95, "{m}");
+            (i["lo"].as_f64().unwrap(), i["hi"].as_f64().unwrap())
+        };
+        let (draw, instant) = (delay("power.draw"), delay("power.draw.instant"));
+        let lag = read_lag(&root.join(run).join("gpudata.csv"));
+        println!(
+            "{run}: power.draw's delay {:.2} to {:.2} ms, the instant's {:.2} to {:.2} ms, read {:.2} ms later",
+            draw.0 * 1e3,
+            draw.1 * 1e3,
+            instant.0 * 1e3,
+            instant.1 * 1e3,
+            lag * 1e3
+        );
+        assert!((1e-3..5e-3).contains(&lag), "{run}: {lag} s");
+        assert!(
+            draw.0 <= instant.1 + lag && instant.0 + lag <= draw.1,
+            "{run}: {draw:?} and {instant:?} + {lag}"
+        );
+    }
+}

@@ -375,29 +375,54 @@ impl Corrected {
             .collect();
         let lengths: Vec<f64> = bounds.iter().map(|b| b.1 - b.0).collect();
         let shortest = (plan.phase_s).or_else(|| lengths.iter().copied().reduce(f64::min))?;
-        // A step inside a cell moves part of that cell's power to the phase either side,
-        // up to half a cell's worth once the correction draws it at the nearer edge (the
-        // kernel's start is an edge): `bias_i = dt/(2·L_i)·Δ_i` of a phase `L_i` long
-        // whose larger step into its neighbours (the idle level after the last) is
-        // `Δ_i`. The bins keep it within half the error, the readings the rest.
-        let steps: Vec<f64> = (0..held.len())
-            .map(|i| {
-                let before = if i == 0 {
-                    0.0
-                } else {
-                    (held[i].2 - held[i - 1].2).abs()
-                };
-                let after = held.get(i + 1).map_or(self.idle_w, |n| n.2);
-                before.max((held[i].2 - after).abs())
-            })
-            .collect();
-        let bias = |bin: f64, i: usize| bin / (2.0 * lengths[i]) * steps[i];
+        // A step inside a cell moves power across the phase's edge: the corrected cell
+        // holds the cell's mean, and a step a fraction `u` into it puts `u(1 − u)` of a
+        // cell's worth of the step in the phase on either side, a quarter at most. A phase
+        // `L` long between steps `Δ_a` and `Δ_b` moves by up to `dt/(4L)·(Δ_a + Δ_b)`;
+        // the kernel's start is a cell's edge, and its end one where the bins tile the
+        // kernel (otherwise the step to the idle level falls where the bins put it).
+        let duration = self.duration_s;
+        let level = |i: usize| held[i].2;
+        let inner = |i: usize| {
+            let before = if i == 0 {
+                0.0
+            } else {
+                (level(i) - level(i - 1)).abs()
+            };
+            let after = if i + 1 < held.len() {
+                (level(i) - level(i + 1)).abs()
+            } else {
+                0.0
+            };
+            before + after
+        };
+        let last = held.len().checked_sub(1)?;
+        let bias = |bin: f64, i: usize| {
+            let u = (duration / bin).fract();
+            let end = if i == last {
+                u * (1.0 - u) * bin * (level(i) - self.idle_w).abs()
+            } else {
+                0.0
+            };
+            (0.25 * bin * inner(i) + end) / (lengths[i] * level(i).abs())
+        };
+        // Bins narrow enough that the inner steps leave half the error to the readings.
         let fine = (0..held.len())
-            .map(|i| 0.5 * plan.rel_err * held[i].2.abs() / bias(1.0, i))
+            .map(|i| 0.5 * plan.rel_err * level(i).abs() * 4.0 * lengths[i] / inner(i))
             .fold(f64::INFINITY, f64::min);
         bounds.push((self.duration_s, until));
-        // Not finer than the rig resolves: a narrower bin shows its own response.
+        // Not finer than the rig resolves: a narrower bin shows its own response. The
+        // nearest bins that tile the kernel, its end on a cell's edge.
         let bin_s = width.min(shortest / 3.0).min(fine).max(rise);
+        let tiles = (duration / bin_s)
+            .round()
+            .min((duration / rise).floor())
+            .max(1.0);
+        let bin_s = if duration > 0.0 {
+            duration / tiles
+        } else {
+            bin_s
+        };
         let rpb = self.readings_per_bin * bin_s / width;
         let for_bins = (have * READINGS_MARGIN * MIN_READINGS_PER_BIN / rpb).ceil() as u64;
         let response = model.response(dt, model.delay_s).ok()?;
@@ -420,19 +445,20 @@ impl Corrected {
             _ => 1.0,
         };
         let z = two_sided_normal(simultaneous_confidence(plan.confidence, held.len()));
-        // The readings hold the rest of the error, half of it at least: where even the
-        // rig's finest bins leave a step more than half, the verdict says so.
+        // The readings hold the rest of the error; where the rig's finest bins leave a
+        // step all of it, no run count holds it, and the verdict says so.
         let factor = (held.iter().zip(&fit.sd_w).enumerate())
             .map(|(i, (h, sd))| {
-                let room =
-                    plan.rel_err * h.2.abs() - bias(bin_s, i).min(0.5 * plan.rel_err * h.2.abs());
-                (z * scale * sd / room).powi(2)
+                let room = (plan.rel_err - bias(bin_s, i)) * h.2.abs();
+                if room > 0.0 {
+                    (z * scale * sd / room).powi(2)
+                } else {
+                    f64::INFINITY
+                }
             })
             .fold(0.0, f64::max);
-        let step_bias = (0..held.len())
-            .map(|i| bias(bin_s, i) / held[i].2.abs())
-            .fold(0.0, f64::max);
-        if !factor.is_finite() {
+        let step_bias = (0..held.len()).map(|i| bias(bin_s, i)).fold(0.0, f64::max);
+        if factor.is_nan() {
             return None;
         }
         let for_levels = (have * factor).ceil() as u64;
@@ -455,8 +481,13 @@ impl Corrected {
         let p = self.run_plan(model, plan)?;
         let have = self.analysis.executions.len();
         let what = p.describe();
+        if let Some(why) = p.unreachable() {
+            return Some(why);
+        }
         Some(
-            if p.executions <= have as u64 && p.bin_s >= self.d.dt_s * (1.0 - 1e-9) {
+            if p.executions <= have as u64
+                && p.bin_s * (1.0 + p.bin_s / self.duration_s) >= self.d.dt_s
+            {
                 format!(
                     "the readings hold {what} ({have} executions; {} would do)",
                     p.executions
@@ -568,7 +599,7 @@ impl Corrected {
                     p.asks(),
                     p.describe()
                 ));
-            } else if p.step_bias > p.rel_err {
+            } else if p.step_bias >= p.rel_err {
                 why.push(format!(
                     "a step inside a bin of {:.1} µs, the finest the rig resolves, can move a phase's level by up to {:.1} %, more than the {} % error planned for",
                     p.bin_s * 1e6,
@@ -777,14 +808,16 @@ pub struct RunPlan {
     /// Executions that put [`MIN_READINGS_PER_BIN`] readings ([`READINGS_MARGIN`] times) in a bin
     /// of `bin_s`.
     pub for_bins: u64,
-    /// Executions that hold every phase's level within the error.
+    /// Executions that hold every phase's level within the error (`u64::MAX` where a
+    /// step inside the bins leaves the readings none of it).
     pub for_levels: u64,
     /// The shortest phase planned for, s.
     pub shortest_phase_s: f64,
-    /// The largest relative error a step inside a bin of `bin_s` can put in a phase's
-    /// level (half a bin's worth of the step, over the phase); the plan keeps it within
-    /// half the error where the rig resolves bins that fine, and the verdict says where
-    /// it is above the whole error.
+    /// The largest relative error the steps inside bins of `bin_s` can put in a phase's
+    /// level (a quarter of a bin's worth of each step at its edges, over the phase; at
+    /// the kernel's end, where the bins do not tile it, what the end's place in its bin
+    /// puts there); the plan keeps it within half the error where the rig resolves bins
+    /// that fine, and the verdict says where it is above the whole error.
     pub step_bias: f64,
     /// The phases held to the error.
     pub phases: usize,
@@ -817,6 +850,18 @@ impl RunPlan {
             self.bin_s * 1e6,
             self.executions
         )
+    }
+
+    /// Why no run count holds it, where none does.
+    pub fn unreachable(&self) -> Option<String> {
+        (self.executions == u64::MAX).then(|| {
+            format!(
+                "no run count holds {}: a step inside bins of {:.1} µs, the finest the rig resolves, moves a phase's level by up to {:.1} %",
+                self.describe(),
+                self.bin_s * 1e6,
+                self.step_bias * 100.0
+            )
+        })
     }
 }
 

@@ -11,7 +11,9 @@
 //! - `response`: `Σ_i response_per_s[i] · spacing · mean power over [u − (i+1)·spacing,
 //!   u − i·spacing]` with `spacing = response_spacing_s` (the weights integrate to 1).
 //!
-//! Every parameter has its standard error beside it (`*_se`); `bic` lists the criterion
+//! Every parameter has its standard error beside it (`*_se`) and its 95 % interval in
+//! `[intervals]` (`lo`, `hi`, `level`; Student's t on `se_dof`, the run's load-step
+//! blocks less one); `bic` lists the criterion
 //! of each family tried (the lowest wins), `residual_rms_w` the fit's residual;
 //! `[[families]]` every family's parameters as `[value, standard error]`. A model whose
 //! parameters the readings do not determine, or that no power sensor could have, lists
@@ -113,6 +115,16 @@ pub struct LoggerModel {
     pub residual_rms_w: f64,
     /// Readings used.
     pub readings: usize,
+    /// The degrees of freedom the standard errors rest on: the load-step blocks of the
+    /// run they were fitted on, less one (few load steps, few degrees of freedom).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub se_dof: Option<f64>,
+    /// Each parameter's interval at [`INTERVAL_LEVEL`] (`period_s`, `delay_s`,
+    /// `window_s` or `tau_s`, `gain`, `offset_w`): Student's t on `se_dof` times the
+    /// standard error either side, the delay's from the least to the greatest delay the
+    /// readings are consistent with.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub intervals: BTreeMap<String, Interval>,
     /// Why this model does not identify the logger (see [`FamilyFit::doubts`]); empty
     /// for a model whose figures mean what they say.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -124,6 +136,21 @@ pub struct LoggerModel {
     pub families: Vec<FamilySummary>,
     /// Where it came from.
     pub provenance: Provenance,
+}
+
+/// The level of a model's intervals.
+pub const INTERVAL_LEVEL: f64 = 0.95;
+
+/// An interval that holds a parameter with probability `level`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Interval {
+    /// Its lower end.
+    pub lo: f64,
+    /// Its upper end.
+    pub hi: f64,
+    /// The probability it holds the parameter.
+    pub level: f64,
 }
 
 /// One family's fit, as a model file lists it beside the chosen one.
@@ -173,6 +200,32 @@ impl FamilySummary {
     }
 }
 
+/// `fit`'s parameters' intervals at [`INTERVAL_LEVEL`].
+fn intervals(fit: &FamilyFit) -> BTreeMap<String, Interval> {
+    let at = |(lo, hi): (f64, f64)| Interval {
+        lo,
+        hi,
+        level: INTERVAL_LEVEL,
+    };
+    let each = |e| at(fit.interval(e, INTERVAL_LEVEL));
+    let mut out = BTreeMap::from([
+        ("period_s".to_string(), each(fit.period_s)),
+        (
+            "delay_s".to_string(),
+            at(fit.delay_interval(INTERVAL_LEVEL)),
+        ),
+        ("gain".to_string(), each(fit.gain)),
+        ("offset_w".to_string(), each(fit.offset_w)),
+    ]);
+    if let Some(w) = fit.window_s() {
+        out.insert("window_s".into(), each(w));
+    }
+    if let Some(t) = fit.tau_s() {
+        out.insert("tau_s".into(), each(t));
+    }
+    out
+}
+
 impl LoggerModel {
     /// The model of `fit`, one of `ident`'s fits, whose readings averaged
     /// `mean_reading_w`.
@@ -212,6 +265,8 @@ impl LoggerModel {
             offset_se_w: fit.offset_w.se,
             residual_rms_w: fit.rms_w,
             readings: fit.readings,
+            se_dof: Some(fit.se_dof),
+            intervals: intervals(fit),
             doubts: fit.doubts(mean_reading_w),
             bic: ident
                 .fits
@@ -394,6 +449,14 @@ impl LoggerModel {
                     (1e-6..=reach).contains(&v),
                     "must be 1 µs to 100 periods",
                 )?;
+            }
+        }
+        for (name, i) in &self.intervals {
+            if !(i.lo <= i.hi && i.level > 0.0 && i.level < 1.0) {
+                return Err(format!(
+                    "intervals.{name} = [{}, {}] at {}: must run from lo up to hi at a level between 0 and 1",
+                    i.lo, i.hi, i.level
+                ));
             }
         }
         let needs = match self.family.as_str() {

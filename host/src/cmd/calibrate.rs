@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use railtrace::analysis::calibrate::Family;
 use railtrace::analysis::calibrate::{calibrate, Calibrated, Request};
+use railtrace::analysis::logger_model::LoggerModel;
 use railtrace::store::recording::LoggerColumn;
 
 /// Identifies things against the rig.
@@ -93,6 +94,42 @@ pub fn with_spinner<T>(stage: impl FnOnce(&dyn Fn(&str)) -> T) -> T {
     r
 }
 
+/// The model's intervals as a line: which, at what level, on how many degrees of freedom.
+fn intervals(model: &LoggerModel) -> Option<String> {
+    let level = model.intervals.values().next()?.level;
+    let parts: Vec<String> = [
+        ("period", "period_s", 1e3, " ms"),
+        ("window", "window_s", 1e3, " ms"),
+        ("τ", "tau_s", 1e3, " ms"),
+        ("delay", "delay_s", 1e3, " ms"),
+        ("gain", "gain", 1.0, ""),
+        ("offset", "offset_w", 1.0, " W"),
+    ]
+    .iter()
+    .filter_map(|&(name, key, scale, unit)| {
+        let i = model.intervals.get(key)?;
+        let digits = if scale == 1.0 && unit.is_empty() {
+            4
+        } else {
+            3
+        };
+        Some(format!(
+            "{name} {:.digits$} to {:.digits$}{unit}",
+            i.lo * scale,
+            i.hi * scale
+        ))
+    })
+    .collect();
+    Some(format!(
+        "{:.0} % intervals ({}): {}",
+        level * 100.0,
+        model.se_dof.map_or("normal".into(), |d| format!(
+            "Student's t on {d:.0} degrees of freedom, the load steps less one"
+        )),
+        parts.join(", ")
+    ))
+}
+
 /// The identification's summary, on stderr.
 pub fn print(c: &Calibrated, output: &Path) {
     let (ident, model) = (&c.ident, &c.model);
@@ -164,6 +201,9 @@ pub fn print(c: &Calibrated, output: &Path) {
             model.family,
             output.display()
         );
+        if let Some(text) = intervals(model) {
+            eprintln!("  {text}");
+        }
     } else {
         eprintln!(
             "railtrace calibrate: NOT IDENTIFIED: the {} fit ({figures}) does not calibrate this logger:",

@@ -396,6 +396,11 @@ fn pilot(req: &Request, runs: usize, on: &mut dyn FnMut(Stage<'_>)) -> Result<Ru
             "the pilot of {runs} executions cannot plan the run (its rig's reference or its logger's readings tell no phase): try a longer pilot"
         ))
     })?;
+    if let Some(why) = plan.unreachable() {
+        return Err(DemoError::Request(format!(
+            "the pilot finds {why}: ask for a looser --phase-tolerance"
+        )));
+    }
     if plan.executions > MAX_RUNS as u64 {
         return Err(DemoError::Request(format!(
             "the pilot plans {}, more than the demo runs ({MAX_RUNS}, about a day of the twin's real time)",
