@@ -105,13 +105,14 @@
 //! response's residual is a quarter of the best parametric one's, and a
 //! wrong family leaves residuals several times the right one's.
 //!
-//! Uncertainties are from the curvature of the residual sum of squares (Gauss–Newton):
-//! `cov = s² (JᵀJ)⁻¹` with the Jacobian `J` of the per-update prediction (central finite
-//! differences for `T`, `φ`, `W`/`τ`; exact for `g`, `c`; the active bins for the response),
-//! `s²` the residual variance per update, inflated by `√((1+ρ)/(1−ρ))` with `ρ ≥ 0` the
-//! lag-1 autocorrelation of the per-update residuals (AR(1) effective sample size). The
-//! delay's standard error is that of the update instant that sets it; the response's
-//! bins add their grid resolution `Δ/√12`.
+//! Uncertainties are from the curvature of the residual sum of squares (Gauss–Newton)
+//! with the Jacobian `J` of the per-update prediction (central finite differences for
+//! `T`, `φ`, `W`/`τ`; exact for `g`, `c`; the active bins for the response), made robust
+//! to the errors one load step's readings share: each variance is the larger of the
+//! cluster-robust sandwich's over the run's load-step blocks and the independent
+//! readings' `s² (JᵀJ)⁻¹`, and [`FamilyFit::interval`] takes Student's t on the blocks
+//! less one ([`FamilyFit::se_dof`]). The delay's standard error is that of the update
+//! instant that sets it; the response's bins add their grid resolution `Δ/√12`.
 //!
 //! All times in s on the caller's timeline, powers in W.
 
@@ -2024,10 +2025,11 @@ fn load_blocks(pred: &[f64]) -> (Vec<usize>, usize) {
 /// reference's noise there), so the readings are not as many independent errors as they
 /// are: the covariance is the cluster-robust sandwich `(JᵀJ)⁻¹ (Σ_b J_bᵀ r_b r_bᵀ J_b)
 /// (JᵀJ)⁻¹` over the blocks (with the small-sample factor `G/(G − 1)·(n − 1)/(n − p)`),
-/// each standard error never below the independent readings' `s² (JᵀJ)⁻¹` (a few blocks
-/// state the sandwich loosely), and the intervals take Student's t on `G − 1` degrees of
-/// freedom: a run with few load steps gets intervals as wide as those steps allow.
-fn curvature_cov(rows: &[Vec<f64>], resid: &[f64], pred: &[f64]) -> (Option<Vec<f64>>, f64, f64) {
+/// beside the independent readings' `s² (JᵀJ)⁻¹` (a few blocks state the sandwich
+/// loosely): each variance is the larger ([`Covariance`]), and the intervals take
+/// Student's t on `G − 1` degrees of freedom: a run with few load steps gets intervals as
+/// wide as those steps allow.
+fn curvature_cov(rows: &[Vec<f64>], resid: &[f64], pred: &[f64]) -> (Option<Covariance>, f64, f64) {
     let p = rows.first().map_or(0, Vec::len);
     let n = rows.len();
     if p == 0 || n <= p {
@@ -2083,31 +2085,65 @@ fn curvature_cov(rows: &[Vec<f64>], resid: &[f64], pred: &[f64]) -> (Option<Vec<
     } else {
         0.0
     };
-    let sandwich = |a: usize, b: usize| {
-        let mut v = 0.0;
-        for i in 0..p {
-            for j in 0..p {
-                v += bread[a * p + i] * meat[i * p + j] * bread[j * p + b];
+    let sandwich: Vec<f64> = (0..p * p)
+        .map(|i| {
+            let (a, b) = (i / p, i % p);
+            let mut v = 0.0;
+            for k in 0..p {
+                for l in 0..p {
+                    v += bread[a * p + k] * meat[k * p + l] * bread[l * p + b];
+                }
             }
-        }
-        small * v
+            small * v
+        })
+        .collect();
+    let cov = Covariance {
+        p,
+        naive: bread.iter().map(|b| s2 * b).collect(),
+        sandwich: (g > 1).then_some(sandwich),
     };
-    let widen: Vec<f64> = (0..p)
+    let inflation = (0..p)
         .map(|a| {
-            let naive = s2 * bread[a * p + a];
+            let naive = cov.naive[a * p + a];
             if naive > 0.0 {
-                (sandwich(a, a) / naive).sqrt().max(1.0)
+                cov.se(a) / naive.sqrt()
             } else {
                 1.0
             }
         })
-        .collect();
-    let cov = (0..p * p)
-        .map(|i| s2 * bread[i] * widen[i / p] * widen[i % p])
-        .collect();
-    let inflation = widen.iter().copied().fold(1.0, f64::max);
+        .fold(1.0, f64::max);
     let dof = ((g.max(2) - 1) as f64).min((n - p) as f64);
     (Some(cov), inflation, dof)
+}
+
+/// A fit's parameters' covariance twice over: the independent readings' `s² (JᵀJ)⁻¹`
+/// and the load-step blocks' sandwich ([`curvature_cov`]). A combination's variance is
+/// the larger of the two, each from its whole matrix (so that a combination whose terms
+/// cancel, as the delay's update instant `φ + k·T` does, keeps its cancellation).
+struct Covariance {
+    p: usize,
+    naive: Vec<f64>,
+    sandwich: Option<Vec<f64>>,
+}
+
+impl Covariance {
+    /// The variance of `Σ w·θ_a` over the `(a, w)` of `terms`.
+    fn var(&self, terms: &[(usize, f64)]) -> f64 {
+        let form = |m: &[f64]| -> f64 {
+            (terms.iter())
+                .flat_map(|&(a, x)| terms.iter().map(move |&(b, y)| x * y * m[a * self.p + b]))
+                .sum()
+        };
+        let naive = form(&self.naive);
+        (self.sandwich.as_deref())
+            .map_or(naive, |s| naive.max(form(s)))
+            .max(0.0)
+    }
+
+    /// The standard error of parameter `a`.
+    fn se(&self, a: usize) -> f64 {
+        self.var(&[(a, 1.0)]).sqrt()
+    }
 }
 
 /// Readings above which the search runs on a part of them and only the refinement on all
@@ -2451,17 +2487,13 @@ fn finish_parametric(engine: &Engine<'_>, opt: &Optimum, w: &[f64]) -> (FamilyFi
         .map(|(g, f)| g.3 - (ev.gain * f + ev.offset))
         .collect();
     let (cov, inflation, dof) = curvature_cov(&rows, &resid, &f0);
-    let p = nl + 2;
-    let var = |a: usize, b: usize| cov.as_ref().map_or(f64::NAN, |c| c[a * p + b]);
-    let se = |a: usize| var(a, a).max(0.0).sqrt();
+    let se = |a: usize| cov.as_ref().map_or(f64::NAN, |c| c.se(a));
     // The reading that sets the delay (smallest lag) and its update's uncertainty.
     let (_, rr) = grid_positions(&engine.s, engine.t_mid, t, phi);
     let order = distance_order(&rr);
     let j_star = order[ev.state.min(n - 1)];
     let k_star = assign[j_star] as f64;
-    let d_se = (var(1, 1) + k_star * k_star * var(0, 0) + 2.0 * k_star * var(0, 1))
-        .max(0.0)
-        .sqrt();
+    let d_se = (cov.as_ref()).map_or(f64::NAN, |c| c.var(&[(1, 1.0), (0, k_star)]).sqrt());
     let shape_out = match opt.kind {
         Kind::Tiling => Shape::Box {
             window_s: Estimate::new(t, se(0)),
@@ -2653,12 +2685,7 @@ fn fit_response(
         (active, cov, inflation, dof)
     };
     let (active, cov, ..) = curvature(&best.1, &best.2, &best.4);
-    let sd = |cov: &Option<Vec<f64>>, p: usize, a: usize| {
-        cov.as_ref()
-            .map_or(f64::NAN, |c| c[a * p + a])
-            .max(0.0)
-            .sqrt()
-    };
+    let sd = |cov: &Option<Covariance>, a: usize| cov.as_ref().map_or(0.0, |c| c.se(a));
     // The response starts at its first bin that is significantly non-zero (two standard
     // errors) and holds at least a tenth of the peak bin's weight (the onset, as a rise
     // time is read): NNLS leaves small positive weights in leading bins from noise, from
@@ -2669,7 +2696,7 @@ fn fit_response(
     let first = active
         .iter()
         .enumerate()
-        .find(|&(a, &i)| best.2[i] > 2.0 * sd(&cov, active.len() + 1, a) && best.2[i] >= 0.1 * peak)
+        .find(|&(a, &i)| best.2[i] > 2.0 * sd(&cov, a) && best.2[i] >= 0.1 * peak)
         .map_or(0, |(_, &i)| i);
     let (sigma, design, coef, offset, pred_u, rss) = if active.first().is_some_and(|&f| f < first) {
         solve(best.0, first)
@@ -2685,13 +2712,8 @@ fn fit_response(
         rss
     };
     let p = active.len() + 1;
-    let var = |a: usize, b: usize| cov.as_ref().map_or(f64::NAN, |c| c[a * p + b]);
-    let gain_se = (0..active.len())
-        .flat_map(|a| (0..active.len()).map(move |b| (a, b)))
-        .map(|(a, b)| var(a, b))
-        .sum::<f64>()
-        .max(0.0)
-        .sqrt();
+    let every_bin: Vec<(usize, f64)> = (0..active.len()).map(|a| (a, 1.0)).collect();
+    let gain_se = (cov.as_ref()).map_or(f64::NAN, |c| c.var(&every_bin).sqrt());
     let first = active.first().copied().unwrap_or(0);
     let last = active.last().copied().unwrap_or(0);
     let norm = if gain > 0.0 { 1.0 / (gain * dx) } else { 0.0 };
@@ -2701,7 +2723,7 @@ fn fit_response(
             active
                 .iter()
                 .position(|&a| a == i)
-                .map_or(0.0, |a| var(a, a).max(0.0).sqrt() * norm)
+                .map_or(0.0, |a| sd(&cov, a) * norm)
         })
         .collect();
     let lead = sigma + first as f64 * dx;
@@ -2732,7 +2754,7 @@ fn fit_response(
         delay_min_s: delay - (d - parent.delay_min_s),
         centroid_s: centroid,
         gain: Estimate::new(gain, gain_se),
-        offset_w: Estimate::new(offset, var(p - 1, p - 1).max(0.0).sqrt()),
+        offset_w: Estimate::new(offset, sd(&cov, p - 1)),
         rss_w2: rss,
         rms_w: (rss / n as f64).sqrt(),
         readings: n,

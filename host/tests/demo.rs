@@ -249,12 +249,12 @@ fn a_partial_window_logger_with_a_5ms_kernel() {
 
 /// A 50 µs kernel of 15, 20 and 15 µs phases behind a 1 ms box, read by the fast rig at
 /// 200 kS/s, at the run count and bins the correction's planner asks for: a pilot of
-/// 1 000 runs on 10 µs bins plans (bins that a step inside keeps within half the 5 %,
-/// here the rig's finest, and the executions that hold every phase's level within the
-/// rest at 95 %), and the planned run holds it: each phase within 5 %, each step within
-/// 5 µs, the energy within 2 %, and its own plan asks for at most 1.5 times as many. In
-/// a release build, one to two minutes (10 000 to 25 000 executions 1.5-3 ms apart, on
-/// the twin in real time):
+/// 1 000 runs plans (bins that tile the kernel and that a step inside keeps within half
+/// the 5 %, 2.8 or 3.6 µs here, and the executions that hold every phase's level within
+/// the rest at 95 %), and the planned run holds it: each phase within 5 %, each step
+/// within 5 µs, the energy within 2 %, and its own plan asks for at most 1.5 times as
+/// many. In a release build, one to two minutes (10 000 to 28 000 executions 1.5-3 ms
+/// apart, on the twin in real time):
 /// `cargo test --release -p railtrace --test demo -- --ignored a_50us`.
 #[test]
 #[ignore]

@@ -132,9 +132,13 @@ pub fn correct(
     let durations = execution_durations(profile)?;
     let reach = logger_reach(model);
     let horizon_s = 2.0 * median(&durations) + 2.5 * reach;
+    // The idle level is read past the kernel's reach, where only the run's last
+    // execution has readings (the next launch comes sooner after the others): read
+    // there whether or not that execution was kept.
     let mut options = Options {
         bin_s,
         horizon_s,
+        idle_after_end_s: Some(2.0 * reach),
         ..Options::default()
     };
     let mut a = analyse(profile, rig, &options)?;

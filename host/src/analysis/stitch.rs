@@ -39,6 +39,12 @@ pub struct Options {
     /// Readings up to this long after an execution's start belong to it, s (a windowed
     /// logger's reading holds a kernel's energy up to a window after it ended).
     pub horizon_s: f64,
+    /// Readings at least this long after the end of the run's last execution hold no
+    /// trace of it, s: they are placed after it (up to the horizon) even where it was
+    /// left out, for they read the idle level after the run all the same (the idle
+    /// level past a logger's reach is read there, where no next launch comes). `None`:
+    /// only after kept executions.
+    pub idle_after_end_s: Option<f64>,
     /// Confidence of the intervals.
     pub confidence: f64,
     /// Fraction of the tightest GPU clock brackets the GPU↔host fit keeps.
@@ -60,6 +66,7 @@ impl Default for Options {
         Options {
             bin_s: 20e-6,
             horizon_s: 2.5e-3,
+            idle_after_end_s: None,
             confidence: 0.95,
             keep_brackets: 0.2,
             margin: 0.03,
@@ -380,11 +387,22 @@ fn stitch_kept(
     readings: &[Reading],
     execs: &[Execution],
     kept: &[bool],
-    horizon_s: f64,
+    o: &Options,
 ) -> Vec<railtrace_calibration::stitch::Stitched> {
-    let policy = Policy::Following { horizon: horizon_s };
+    let policy = Policy::Following {
+        horizon: o.horizon_s,
+    };
     let mut s = assign(readings, execs, policy);
-    s.retain(|p| kept[p.execution]);
+    let last = (0..execs.len())
+        .filter(|&i| execs[i].start.is_finite())
+        .max_by(|&i, &j| execs[i].start.total_cmp(&execs[j].start));
+    let idle = |execution: usize, toi: f64| {
+        let e = &execs[execution];
+        Some(execution) == last
+            && o.idle_after_end_s
+                .is_some_and(|r| toi >= e.end - e.start + r)
+    };
+    s.retain(|p| kept[p.execution] || idle(p.execution, p.toi));
     s
 }
 
@@ -483,7 +501,7 @@ pub(crate) fn gpu_view(g: &GpuSide, o: &Options) -> Result<GpuView, AnalysisErro
             kept[i] = true;
         }
     }
-    let stitched = stitch_kept(&logger_readings(g, &gpu), &execs, &kept, o.horizon_s);
+    let stitched = stitch_kept(&logger_readings(g, &gpu), &execs, &kept, o);
     Ok(GpuView {
         gpu,
         execs,
@@ -1186,6 +1204,44 @@ pub fn mean_over(cells: &[Cell], a: f64, b: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn readings_long_after_the_runs_last_execution_are_placed_though_it_was_left_out() {
+        // The run's last execution (2-2.5 ms) left out (an outlier's duration); readings
+        // every 1 ms to 20 ms. Those 7 ms past its end read the idle level after the run
+        // and are placed, up to the 14.5 ms horizon; nearer ones go with its fate.
+        let exec = |start: f64, end: f64| Execution { start, end };
+        let execs = [exec(0.0, 0.2e-3), exec(2e-3, 2.5e-3)];
+        let readings: Vec<Reading> = (1..=20)
+            .map(|k| Reading {
+                time: f64::from(k) * 1e-3,
+                power_w: 100.0,
+            })
+            .collect();
+        let o = Options {
+            horizon_s: 14.5e-3,
+            idle_after_end_s: Some(7e-3),
+            ..Options::default()
+        };
+        let tois = |execs: &[Execution], kept: &[bool], o: &Options| -> Vec<(usize, f64)> {
+            stitch_kept(&readings, execs, kept, o)
+                .iter()
+                .map(|p| (p.execution, (p.toi * 1e3).round()))
+                .collect()
+        };
+        let want: Vec<(usize, f64)> = std::iter::once((0, 1.0))
+            .chain((8..15).map(|t| (1, f64::from(t))))
+            .collect();
+        assert_eq!(tois(&execs, &[true, false], &o), want);
+        // Not after an execution left out that another follows, nor without the option.
+        let three = [execs[0], execs[1], exec(30e-3, 30.2e-3)];
+        assert_eq!(tois(&three, &[true, false, true], &o), [(0, 1.0)]);
+        let only_kept = Options {
+            idle_after_end_s: None,
+            ..o.clone()
+        };
+        assert_eq!(tois(&execs, &[true, false], &only_kept), [(0, 1.0)]);
+    }
 
     #[test]
     fn trigger_edges_pair_with_their_own_when_the_coarse_anchor_is_off_by_more_than_their_spacing()

@@ -108,8 +108,10 @@ fn intervals(model: &LoggerModel) -> Option<String> {
     .iter()
     .filter_map(|&(name, key, scale, unit)| {
         let i = model.intervals.get(key)?;
-        let digits = if scale == 1.0 && unit.is_empty() {
-            4
+        // Two significant digits of the interval's width.
+        let width = (i.hi - i.lo) * scale;
+        let digits = if width > 0.0 && width.is_finite() {
+            (1.0 - width.log10()).ceil().clamp(0.0, 9.0) as usize
         } else {
             3
         };
