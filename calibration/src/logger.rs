@@ -2085,17 +2085,15 @@ fn curvature_cov(rows: &[Vec<f64>], resid: &[f64], pred: &[f64]) -> (Option<Cova
     } else {
         0.0
     };
-    let sandwich: Vec<f64> = (0..p * p)
-        .map(|i| {
-            let (a, b) = (i / p, i % p);
-            let mut v = 0.0;
-            for k in 0..p {
-                for l in 0..p {
-                    v += bread[a * p + k] * meat[k * p + l] * bread[l * p + b];
-                }
-            }
-            small * v
-        })
+    // `B M B` as two products (`B` and `M` symmetric).
+    let product = |x: &[f64], y: &[f64]| -> Vec<f64> {
+        (0..p * p)
+            .map(|i| (0..p).map(|k| x[i / p * p + k] * y[k * p + i % p]).sum())
+            .collect()
+    };
+    let sandwich: Vec<f64> = product(&product(&bread, &meat), &bread)
+        .iter()
+        .map(|v| small * v)
         .collect();
     let cov = Covariance {
         p,

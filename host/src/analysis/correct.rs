@@ -383,8 +383,7 @@ impl Corrected {
         // holds the cell's mean, and a step a fraction `u` into it puts `u(1 − u)` of a
         // cell's worth of the step in the phase on either side, a quarter at most. A phase
         // `L` long between steps `Δ_a` and `Δ_b` moves by up to `dt/(4L)·(Δ_a + Δ_b)`;
-        // the kernel's start is a cell's edge, and its end one where the bins tile the
-        // kernel (otherwise the step to the idle level falls where the bins put it).
+        // the kernel's start and end are cells' edges (the bins below tile the kernel).
         let duration = self.duration_s;
         let level = |i: usize| held[i].2;
         let inner = |i: usize| {
@@ -400,19 +399,14 @@ impl Corrected {
             };
             before + after
         };
-        let last = held.len().checked_sub(1)?;
-        let bias = |bin: f64, i: usize| {
-            let u = (duration / bin).fract();
-            let end = if i == last {
-                u * (1.0 - u) * bin * (level(i) - self.idle_w).abs()
-            } else {
-                0.0
-            };
-            (0.25 * bin * inner(i) + end) / (lengths[i] * level(i).abs())
-        };
-        // Bins narrow enough that the inner steps leave half the error to the readings.
+        if held.is_empty() {
+            return None;
+        }
+        let bias = |bin: f64, i: usize| 0.25 * bin * inner(i) / (lengths[i] * level(i).abs());
+        // Bins narrow enough that the steps leave half the error to the readings (the
+        // bias grows with the bin).
         let fine = (0..held.len())
-            .map(|i| 0.5 * plan.rel_err * level(i).abs() * 4.0 * lengths[i] / inner(i))
+            .map(|i| 0.5 * plan.rel_err / bias(1.0, i))
             .fold(f64::INFINITY, f64::min);
         bounds.push((self.duration_s, until));
         // Not finer than the rig resolves: a narrower bin shows its own response. The
@@ -480,30 +474,26 @@ impl Corrected {
         })
     }
 
-    /// The plan as a sentence for the user.
-    pub fn plan(&self, model: &LoggerModel, plan: &PlanFor) -> Option<String> {
-        let p = self.run_plan(model, plan)?;
+    /// The plan `p` ([`Corrected::run_plan`]) as a sentence for the user.
+    pub fn plan(&self, p: &RunPlan) -> String {
         let have = self.analysis.executions.len();
         let what = p.describe();
         if let Some(why) = p.unreachable() {
-            return Some(why);
+            return why;
         }
-        Some(
-            if p.executions <= have as u64
-                && p.bin_s * (1.0 + p.bin_s / self.duration_s) >= self.d.dt_s
-            {
-                format!(
-                    "the readings hold {what} ({have} executions; {} would do)",
-                    p.executions
-                )
-            } else {
-                format!(
-                    "plan: {} (this run has {have} on bins of {:.1} µs) would hold {what}",
-                    p.asks(),
-                    self.d.dt_s * 1e6
-                )
-            },
-        )
+        if p.executions <= have as u64 && p.bin_s * (1.0 + p.bin_s / self.duration_s) >= self.d.dt_s
+        {
+            format!(
+                "the readings hold {what} ({have} executions; {} would do)",
+                p.executions
+            )
+        } else {
+            format!(
+                "plan: {} (this run has {have} on bins of {:.1} µs) would hold {what}",
+                p.asks(),
+                self.d.dt_s * 1e6
+            )
+        }
     }
 
     /// Why the correction is drawn on bins wider than asked, when it is: a sentence for
@@ -537,7 +527,8 @@ impl Corrected {
     /// is a step inside that cell, not a phase); and bins over the kernel and the logger's
     /// reach that hold no reading (a fifth of them, or a gap as long as the shortest
     /// phase: the runs' offsets cover it too sparsely).
-    pub fn outside_range(&self, model: &LoggerModel, plan: &PlanFor) -> Vec<String> {
+    /// `run_plan` is [`Corrected::run_plan`]'s for the error planned for.
+    pub fn outside_range(&self, model: &LoggerModel, run_plan: Option<&RunPlan>) -> Vec<String> {
         let mut why = Vec::new();
         if !model.doubts.is_empty() {
             why.push(format!(
@@ -549,7 +540,6 @@ impl Corrected {
         // With the rig's reference the phases are those it resolves (the planner's);
         // without it, those the corrected profile draws, where one cell over- or
         // undershooting at a step would read as a short phase.
-        let run_plan = self.run_plan(model, plan);
         let ramp = (4.0 * self.duration_sd_s).max(d.dt_s);
         let short = match run_plan {
             Some(_) => Vec::new(),
@@ -583,9 +573,7 @@ impl Corrected {
             })
             .1 as f64
             * d.dt_s;
-        let phase = run_plan
-            .as_ref()
-            .map_or(3.0 * d.dt_s, |p| p.shortest_phase_s);
+        let phase = run_plan.map_or(3.0 * d.dt_s, |p| p.shortest_phase_s);
         if empty * 5 > seen.len() || gap >= phase * (1.0 - 1e-9) {
             why.push(format!(
                 "{empty} of {} bins over the kernel and the logger's reach hold no reading, {:.0} µs of them in a row: the runs' offsets cover it too sparsely",
@@ -818,10 +806,10 @@ pub struct RunPlan {
     /// The shortest phase planned for, s.
     pub shortest_phase_s: f64,
     /// The largest relative error the steps inside bins of `bin_s` can put in a phase's
-    /// level (a quarter of a bin's worth of each step at its edges, over the phase; at
-    /// the kernel's end, where the bins do not tile it, what the end's place in its bin
-    /// puts there); the plan keeps it within half the error where the rig resolves bins
-    /// that fine, and the verdict says where it is above the whole error.
+    /// level (a quarter of a bin's worth of each step at its edges, over the phase; the
+    /// bins tile the kernel, so its start and end are cells' edges); the plan keeps it
+    /// within half the error where the rig resolves bins that fine, and the verdict says
+    /// where it is above the whole error.
     pub step_bias: f64,
     /// The phases held to the error.
     pub phases: usize,
@@ -932,11 +920,11 @@ pub fn figures(
         "readings_per_bin": c.readings_per_bin,
         "band_carries": band_carries(c),
         "planned_executions": run_plan.as_ref().map(|p| p.executions),
+        "plan": run_plan.as_ref().map(|p| c.plan(p)),
+        "validity": validity(&c.outside_range(model, run_plan.as_ref())),
         "run_plan": run_plan,
-        "plan": c.plan(model, plan),
         "logger_model": model_path.display().to_string(),
         "family": model.family,
-        "validity": validity(&c.outside_range(model, plan)),
     })
 }
 

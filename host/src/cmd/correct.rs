@@ -70,10 +70,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         phase_s: args.phase_us.map(|p| p * 1e-6),
         ..PlanFor::default()
     };
-    if let Some(plan) = c.plan(&model, &plan) {
-        eprintln!("railtrace correct: {plan}");
+    let run_plan = c.run_plan(&model, &plan);
+    if let Some(p) = &run_plan {
+        eprintln!("railtrace correct: {}", c.plan(p));
     }
-    print_validity(&c.outside_range(&model, &plan));
+    print_validity(&c.outside_range(&model, run_plan.as_ref()));
     if c.reference.is_none() {
         eprintln!(
             "railtrace correct: {} records no rig description stating its accuracy: the band leaves the rig's own calibration out",

@@ -146,12 +146,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             spinner.finish_and_clear();
             calibrate::print(c, path);
         }
-        Stage::Corrected(c, model) => {
+        Stage::Corrected(c, run_plan) => {
             if let Some(why) = c.widened() {
                 eprintln!("railtrace correct: {why}");
             }
-            if let Some(plan) = c.plan(model, &plan) {
-                eprintln!("railtrace correct: {plan}");
+            if let Some(p) = run_plan {
+                eprintln!("railtrace correct: {}", c.plan(p));
             }
         }
         Stage::Judged(outside) => super::correct::print_validity(outside),

@@ -181,11 +181,9 @@ pub enum Stage<'a> {
     Calibrated(&'a Calibrated, &'a Path),
     /// Correcting the logger's profile.
     Correcting,
-    /// The logger's profile corrected with the logger's model.
-    Corrected(
-        &'a Corrected,
-        &'a crate::analysis::logger_model::LoggerModel,
-    ),
+    /// The logger's profile corrected with the logger's model, and the run it plans
+    /// ([`Corrected::run_plan`]; none where it cannot plan).
+    Corrected(&'a Corrected, Option<&'a RunPlan>),
     /// The conditions that put the correction outside the range where it can be trusted
     /// ([`Corrected::outside_range`]; none: within it).
     Judged(&'a [String]),
@@ -290,8 +288,9 @@ pub fn run(req: &Request, on: &mut dyn FnMut(Stage<'_>)) -> Result<Demo, DemoErr
         setup.loaded.rig.accuracy,
     )?;
     let correct_s = t.elapsed().as_secs_f64();
-    on(Stage::Corrected(&c, &cal.model));
-    let outside = c.outside_range(&cal.model, &req.plan);
+    let run_plan = c.run_plan(&cal.model, &req.plan);
+    on(Stage::Corrected(&c, run_plan.as_ref()));
+    let outside = c.outside_range(&cal.model, run_plan.as_ref());
     on(Stage::Judged(&outside));
 
     on(Stage::Reporting);
@@ -582,8 +581,8 @@ fn figures(
         "readings_per_bin": c.readings_per_bin,
         "widened": c.widened(),
         "planned_executions": run_plan.as_ref().map(|p| p.executions),
+        "plan": run_plan.as_ref().map(|p| c.plan(p)),
         "run_plan": run_plan,
-        "plan": c.plan(&cal.model, &req.plan),
         "validity": correct::validity(outside),
         "logger": cal.model,
         "idle_w": c.idle_w,
