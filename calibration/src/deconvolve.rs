@@ -109,6 +109,7 @@
 //! draws (but the kernel's start) then take the hull of both bands. What it holds on the
 //! twin, and what it leaves out: `README.md`, *Uncertainty*.
 
+use crate::par::par_map;
 use crate::stats::{median, normal_quantile};
 use crate::stitch::ProfileBin;
 use crate::ParamError;
@@ -2380,23 +2381,14 @@ pub fn deconvolve(input: &Input, options: &Options) -> Result<Deconvolved, Param
             let batch: Vec<(Data, f64, f64, f64)> = (0..(reps - energies.len()).min(4 * threads))
                 .map(|_| draw())
                 .collect();
-            let per = batch.len().div_ceil(threads);
-            std::thread::scope(|scope| {
-                let workers: Vec<_> = batch
-                    .chunks(per)
-                    .map(|chunk| scope.spawn(|| chunk.iter().map(replicate).collect::<Vec<_>>()))
-                    .collect();
-                for w in workers {
-                    for (ok, e, pb) in w.join().expect("a bootstrap replicate panicked") {
-                        converged &= ok;
-                        // The replicate's error against its truth, about the estimate.
-                        energies.push(energy_j + e - replica_energy);
-                        for (i, (s, v)) in samples.iter_mut().zip(pb).enumerate() {
-                            s.push(power_w[i] + v - replica[i]);
-                        }
-                    }
+            for (ok, e, pb) in par_map(&batch, replicate) {
+                converged &= ok;
+                // The replicate's error against its truth, about the estimate.
+                energies.push(energy_j + e - replica_energy);
+                for (i, (s, v)) in samples.iter_mut().zip(pb).enumerate() {
+                    s.push(power_w[i] + v - replica[i]);
                 }
-            });
+            }
         }
         let a = 0.5 * (1.0 - options.confidence);
         for (i, s) in samples.iter_mut().enumerate() {

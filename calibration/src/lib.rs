@@ -39,6 +39,7 @@ pub mod binning;
 pub mod deconvolve;
 mod envelope;
 pub mod logger;
+mod par;
 pub mod plan;
 pub mod power;
 pub mod stats;

@@ -118,6 +118,7 @@
 
 use std::fmt;
 
+use crate::par::par_map;
 use crate::ParamError;
 
 // ----------------------------------------------------------------------------------------
@@ -168,6 +169,55 @@ pub struct Reference {
     /// A lattice's intervals between samples longer than twice the median spacing
     /// (relative s): the gaps of the samples it came from.
     gaps: Vec<(f64, f64)>,
+    /// Samples: the sample index's buckets ([`SampleIndex`]); empty for a lattice.
+    index: SampleIndex,
+}
+
+/// Where a relative time falls among a reference's samples in constant time: the
+/// samples at or before each bucket's start. The buckets are the median spacing wide
+/// (no wider than a quarter of the mean, so that a capture with long gaps keeps at most
+/// four buckets a sample): evenly spaced samples put one in each, and
+/// [`Reference::locate`] searches one bucket, not the whole capture (a third of an
+/// identification's time went to that search).
+#[derive(Debug, Clone, Default)]
+struct SampleIndex {
+    width_s: f64,
+    /// `first[b]`: how many samples lie at or before `b·width_s`.
+    first: Vec<u32>,
+}
+
+impl SampleIndex {
+    fn new(t: &[f64], spacing_s: f64) -> Self {
+        let span = t[t.len() - 1];
+        let width_s = spacing_s.max(span / (4.0 * t.len() as f64));
+        let buckets = (span / width_s).ceil() as usize + 2;
+        let mut first = Vec::with_capacity(buckets);
+        let mut i = 0;
+        for b in 0..buckets {
+            let edge = b as f64 * width_s;
+            while i < t.len() && t[i] <= edge {
+                i += 1;
+            }
+            first.push(i as u32);
+        }
+        SampleIndex { width_s, first }
+    }
+
+    /// How many of the samples `t` lie at or before `x`: `t.partition_point(|&ti| ti <= x)`.
+    fn count(&self, t: &[f64], x: f64) -> usize {
+        let last = self.first.len() - 2;
+        let b = ((x / self.width_s).max(0.0) as usize).min(last);
+        let (lo, hi) = (self.first[b] as usize, self.first[b + 1] as usize);
+        let mut i = lo + t[lo..hi].partition_point(|&ti| ti <= x);
+        // Exact whatever the rounding of `x / width_s`.
+        while i > 0 && t[i - 1] > x {
+            i -= 1;
+        }
+        while i < t.len() && t[i] <= x {
+            i += 1;
+        }
+        i
+    }
 }
 
 impl Reference {
@@ -214,9 +264,11 @@ impl Reference {
         }
         let mut d: Vec<f64> = t.windows(2).map(|w| w[1] - w[0]).collect();
         d.sort_by(f64::total_cmp);
+        let spacing_s = d[d.len() / 2];
         Ok(Reference {
             origin_s,
-            spacing_s: d[d.len() / 2],
+            spacing_s,
+            index: SampleIndex::new(&t, spacing_s),
             t,
             p: power_w.to_vec(),
             nodes,
@@ -346,7 +398,7 @@ impl Reference {
         match self.cell_s {
             // Truncation is the floor here (≥ 0), without a call to libm's `floor`.
             Some(c) => ((x / c).max(0.0) as usize).min(n - 2),
-            None => self.t.partition_point(|&ti| ti <= x).clamp(1, n - 1) - 1,
+            None => self.index.count(&self.t, x).clamp(1, n - 1) - 1,
         }
     }
 
@@ -437,12 +489,16 @@ impl Reference {
             return (self.clone(), 0.0);
         }
         let (t0, e0) = (self.node(i0), self.nodes[i0].e);
+        let t: Vec<f64> =
+            (self.t.get(i0..i1)).map_or(Vec::new(), |t| t.iter().map(|x| x - t0).collect());
         let r = Reference {
             origin_s: self.origin_s + t0,
-            t: self
-                .t
-                .get(i0..i1)
-                .map_or(Vec::new(), |t| t.iter().map(|x| x - t0).collect()),
+            index: if t.is_empty() {
+                SampleIndex::default()
+            } else {
+                SampleIndex::new(&t, self.spacing_s)
+            },
+            t,
             p: self.p.get(i0..i1).map_or(Vec::new(), <[f64]>::to_vec),
             nodes: (self.nodes[i0..i1].iter())
                 .map(|n| Node {
@@ -674,6 +730,7 @@ impl LatticeBuilder {
             nodes: self.nodes,
             spacing_s: spacing,
             cell_s: Some(self.cell_s),
+            index: SampleIndex::default(),
         })
     }
 }
@@ -776,9 +833,22 @@ impl<'a> LowPass<'a> {
         let mut y = Vec::with_capacity(t.len());
         let mut state = p[0];
         y.push(state);
+        // [`lp_step`] with its `1 − e^(−h/τ)` carried from the last interval `h0` where
+        // `h` differs from it by a millionth or less (evenly spaced samples, their times'
+        // rounding): `om0 + (1 − om0)·(h − h0)/τ`, exact but for `(1 − om0)·((h − h0)/τ)²/2`,
+        // under 1e-12 of `om`; half the low pass's time went to `exp_m1`.
+        let (mut h0, mut om0) = (f64::NAN, 0.0);
         for i in 1..t.len() {
             let h = t[i] - t[i - 1];
-            state = lp_step(state, p[i - 1], (p[i] - p[i - 1]) / h, h, tau_s);
+            let dh = h - h0;
+            let om = if dh.abs() <= 1e-6 * h0 {
+                om0 + (1.0 - om0) * dh / tau_s
+            } else {
+                (h0, om0) = (h, -(-h / tau_s).exp_m1());
+                om0
+            };
+            let (a, b) = (p[i - 1], (p[i] - p[i - 1]) / h);
+            state = state * (1.0 - om) + a * om + b * (h - tau_s * om);
             y.push(state);
         }
         LowPass {
@@ -1613,11 +1683,16 @@ fn grid_positions(s: &[f64], t_mid: f64, period: f64, phase: f64) -> (Vec<i64>, 
         .unzip()
 }
 
-/// Reading indices by increasing distance (ties by index, for determinism).
+/// Reading indices by increasing distance `r ≥ 0` (ties by index, for determinism).
+/// Sorted as (bits, index) pairs side by side: a non-negative float's bits order as its
+/// value, and the pairs sort without reaching back into `r` (a fifth of an
+/// identification's time went to this sort through an index).
 fn distance_order(r: &[f64]) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..r.len()).collect();
-    order.sort_unstable_by(|&a, &b| r[a].total_cmp(&r[b]).then(a.cmp(&b)));
-    order
+    let mut keyed: Vec<(u64, u32)> = (r.iter().enumerate())
+        .map(|(i, &v)| ((v + 0.0).to_bits(), i as u32))
+        .collect();
+    keyed.sort_unstable();
+    keyed.into_iter().map(|(_, i)| i as usize).collect()
 }
 
 impl<'r> Engine<'r> {
@@ -1865,6 +1940,7 @@ fn feat_for<'r>(reference: &'r Reference, kind: Kind, shape: f64) -> Feat<'r> {
 }
 
 /// A parametric family's optimum.
+#[derive(Clone)]
 struct Optimum {
     kind: Kind,
     x: Vec<f64>,
@@ -1884,6 +1960,18 @@ fn objective<'e>(engine: &'e Engine<'_>, kind: Kind) -> impl FnMut(&[f64]) -> f6
         }
         engine.evaluate_at(kind, x).rss
     }
+}
+
+/// Every parametric family's [`search`], side by side on the machine's cores, in the
+/// order tiling, sliding, partial, exponential. They are started longest first (the
+/// exponential's low pass is a pass over the reference for every time constant tried:
+/// on the demo's capture 1.6 s, the sliding and partial windows 0.7 s each, the tiling
+/// box 0.1 s), so that two cores finish together.
+fn search_all(engine: &Engine<'_>, t0: f64, t_se: f64, opts: &Options) -> Vec<Optimum> {
+    const LONGEST_FIRST: [Kind; 4] = [Kind::Exp, Kind::Partial, Kind::Sliding, Kind::Tiling];
+    let mut all = par_map(&LONGEST_FIRST, |&kind| search(engine, kind, t0, t_se, opts));
+    all.reverse();
+    all
 }
 
 fn search(engine: &Engine<'_>, kind: Kind, t0: f64, t_se: f64, opts: &Options) -> Optimum {
@@ -2879,7 +2967,6 @@ pub fn identify(
         x[1] = u - (u / x[0]).round() * x[0];
         x
     };
-    const KINDS: [Kind; 4] = [Kind::Tiling, Kind::Sliding, Kind::Partial, Kind::Exp];
     let opts_all: Vec<Optimum> = match (&part, &search_engine) {
         (Some((_, shift, ..)), Some(e)) => {
             // The search's second pass again (the exact delay, every assignment the
@@ -2889,74 +2976,71 @@ pub fn identify(
                 (Some(p), Some(part)) => (p, part.1 + p.t_mid),
                 _ => (&engine, engine.t_mid),
             };
-            let searched: Vec<Optimum> = (KINDS.iter())
-                .map(|&kind| search(e, kind, t0, t_se, opts))
-                .collect();
+            // Each stage's families side by side on the machine's cores.
+            let searched = search_all(e, t0, t_se, opts);
             let best_searched = (searched.iter().map(|o| o.ev.rss)).fold(f64::INFINITY, f64::min);
-            let polished: Vec<(Optimum, Vec<f64>, f64)> = searched
-                .into_iter()
-                .map(|o| {
-                    let kind = o.kind;
-                    // The grid's update instant nearest the middle of all the readings,
-                    // on the period from all of their changes where it was estimated (a
-                    // span of many times the part's), on the part's otherwise.
-                    let mut x = o.x.clone();
-                    if t_se > 0.0 {
-                        x[0] = t0;
-                    }
-                    let x = moved(x, shift + e.t_mid, mid);
-                    let step: Vec<f64> = o.steps.iter().map(|s| 0.25 * s).collect();
-                    let (x, rss) = if o.ev.rss > UNREFINED_RSS_RATIO * best_searched {
-                        // Far worse than the best already on the search's readings: not
-                        // polished, and not refined below.
-                        (x, f64::INFINITY)
-                    } else if polish_engine.is_some() {
-                        // On a part, the period is held: a part of seconds resolves it
-                        // far worse than the changes over all the readings (or the
-                        // period given), and the phase moved from the part's middle to
-                        // all the readings' would carry its error times that distance (a
-                        // few µs at 100 s for 3e-8 of a period). The refinement on all
-                        // the readings moves both.
-                        let mut f = objective(on, kind);
-                        let mut held = |r: &[f64]| f(&[&x[..1], r].concat());
-                        let (r, rss) = nelder_mead(&mut held, &x[1..], &step[1..], 300);
-                        ([&x[..1], &r[..]].concat(), rss)
-                    } else {
-                        nelder_mead(&mut objective(on, kind), &x, &step, 300)
-                    };
-                    (o, x, rss)
-                })
+            let polished: Vec<(Vec<f64>, f64)> = par_map(&searched, |o| {
+                let kind = o.kind;
+                // The grid's update instant nearest the middle of all the readings,
+                // on the period from all of their changes where it was estimated (a
+                // span of many times the part's), on the part's otherwise.
+                let mut x = o.x.clone();
+                if t_se > 0.0 {
+                    x[0] = t0;
+                }
+                let x = moved(x, shift + e.t_mid, mid);
+                let step: Vec<f64> = o.steps.iter().map(|s| 0.25 * s).collect();
+                let (x, rss) = if o.ev.rss > UNREFINED_RSS_RATIO * best_searched {
+                    // Far worse than the best already on the search's readings: not
+                    // polished, and not refined below.
+                    (x, f64::INFINITY)
+                } else if polish_engine.is_some() {
+                    // On a part, the period is held: a part of seconds resolves it
+                    // far worse than the changes over all the readings (or the
+                    // period given), and the phase moved from the part's middle to
+                    // all the readings' would carry its error times that distance (a
+                    // few µs at 100 s for 3e-8 of a period). The refinement on all
+                    // the readings moves both.
+                    let mut f = objective(on, kind);
+                    let mut held = |r: &[f64]| f(&[&x[..1], r].concat());
+                    let (r, rss) = nelder_mead(&mut held, &x[1..], &step[1..], 300);
+                    ([&x[..1], &r[..]].concat(), rss)
+                } else {
+                    nelder_mead(&mut objective(on, kind), &x, &step, 300)
+                };
+                (x, rss)
+            });
+            let best_rss = (polished.iter().map(|p| p.1)).fold(f64::INFINITY, f64::min);
+            let polished: Vec<(Optimum, Vec<f64>, f64)> = (searched.into_iter().zip(polished))
+                .map(|(o, (x, rss))| (o, x, rss))
                 .collect();
-            let best_rss = (polished.iter().map(|p| p.2)).fold(f64::INFINITY, f64::min);
-            (polished.into_iter())
-                .map(|(o, x, rss)| {
-                    if polish_engine.is_none() {
-                        let ev = engine.evaluate_at(o.kind, &x);
-                        return Optimum { x, ev, ..o };
-                    }
-                    let x = moved(x, mid, engine.t_mid);
-                    // A family whose residual on the part is well above the best one's
-                    // cannot be chosen: it is not refined on all the readings (its
-                    // parameters are the part's, its uncertainties all the readings').
-                    if rss > UNREFINED_RSS_RATIO * best_rss {
-                        let ev = engine.evaluate_at(o.kind, &x);
-                        return Optimum { x, ev, ..o };
-                    }
-                    refine(&engine, o.kind, x, &w, o.shape_range, o.steps)
-                })
-                .collect()
+            par_map(&polished, |(o, x, rss)| {
+                let o = o.clone();
+                if polish_engine.is_none() {
+                    let ev = engine.evaluate_at(o.kind, x);
+                    return Optimum {
+                        x: x.clone(),
+                        ev,
+                        ..o
+                    };
+                }
+                let x = moved(x.clone(), mid, engine.t_mid);
+                // A family whose residual on the part is well above the best one's
+                // cannot be chosen: it is not refined on all the readings (its
+                // parameters are the part's, its uncertainties all the readings').
+                if *rss > UNREFINED_RSS_RATIO * best_rss {
+                    let ev = engine.evaluate_at(o.kind, &x);
+                    return Optimum { x, ev, ..o };
+                }
+                refine(&engine, o.kind, x, &w, o.shape_range, o.steps)
+            })
         }
-        _ => (KINDS.iter())
-            .map(|&kind| search(&engine, kind, t0, t_se, opts))
-            .collect(),
+        _ => search_all(&engine, t0, t_se, opts),
     };
-    let mut fits = Vec::new();
-    let mut assigns = Vec::new();
-    for opt in &opts_all {
-        let (fit, assign) = finish_parametric(&engine, opt, &w);
-        fits.push(fit);
-        assigns.push(assign);
-    }
+    let (mut fits, mut assigns): (Vec<FamilyFit>, Vec<_>) =
+        par_map(&opts_all, |opt| finish_parametric(&engine, opt, &w))
+            .into_iter()
+            .unzip();
     // The box family: tiling (W = T, one parameter fewer) or sliding (W > T), by BIC.
     if fits[1].bic < fits[0].bic {
         fits.swap(0, 1);
@@ -3032,6 +3116,40 @@ mod tests {
             z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
             z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
             ((z ^ (z >> 31)) >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+        }
+    }
+
+    /// The sample index finds the cell a binary search over every sample finds, at sample
+    /// times exactly, between them, before the first and past the last, on evenly spaced
+    /// samples with their times' rounding, and on samples with jitter, bursts and gaps
+    /// of thousands of spacings.
+    #[test]
+    fn the_sample_index_finds_what_a_search_over_every_sample_finds() {
+        let mut rng = Rng(7);
+        let even: Vec<f64> = (0..5000).map(|i| 3.7 + f64::from(i) * 1e-5).collect();
+        let mut t = 0.0;
+        let ragged: Vec<f64> = (0..5000)
+            .map(|i| {
+                t += match i % 1000 {
+                    999 => 0.05 * (1.0 + rng.uniform()),
+                    500..=540 => 1e-7 * (0.5 + rng.uniform()),
+                    _ => 1e-5 * (0.5 + rng.uniform()),
+                };
+                t
+            })
+            .collect();
+        for times in [even, ragged] {
+            let p = vec![1.0; times.len()];
+            let r = Reference::new(&times, &p).unwrap();
+            let n = r.t.len();
+            let slow = |x: f64| r.t.partition_point(|&ti| ti <= x).clamp(1, n - 1) - 1;
+            let last = r.t[n - 1];
+            let mut queries = vec![-1.0, 0.0, last, last + 1.0, -1e-300, 1e300];
+            queries.extend(r.t.iter().copied());
+            queries.extend((0..20_000).map(|_| (rng.uniform() * 1.1 - 0.05) * last));
+            for x in queries {
+                assert_eq!(r.locate(x), slow(x), "x = {x}");
+            }
         }
     }
 

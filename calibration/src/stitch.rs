@@ -156,17 +156,19 @@ pub fn profile(
 }
 
 /// A stitched profile built one point at a time ([`profile`] of points given as they
-/// come, e.g. a long capture's samples read a batch at a time): per bin the count, mean
-/// and sum of squared deviations (Welford's update), so memory holds the bins, not the
-/// points.
+/// come, e.g. a long capture's samples read a batch at a time): per bin the count and
+/// the sums of the points and of their squares, each less the bin's first point (a shift
+/// that keeps the variance's difference of sums free of cancellation, as Welford's
+/// update does, without its division a point: most of the time of a long capture's
+/// stitching), so memory holds the bins, not the points.
 #[derive(Debug, Clone)]
 pub struct ProfileAccumulator {
     bin_s: f64,
     confidence: f64,
     /// Bin number of `bins[0]`.
     first: i64,
-    /// (count, mean, sum of squared deviations).
-    bins: Vec<(usize, f64, f64)>,
+    /// (count, shift, Σ(x − shift), Σ(x − shift)²).
+    bins: Vec<(usize, f64, f64, f64)>,
     /// A point lay beyond `MAX_BINS` bins of the others.
     too_many: bool,
 }
@@ -202,12 +204,13 @@ impl ProfileAccumulator {
         if !(toi.is_finite() && power_w.is_finite()) {
             return;
         }
-        let k = (toi / self.bin_s).floor();
-        if k.abs() > 1e15 {
+        let q = toi / self.bin_s;
+        if q.abs() > 1e15 {
             self.too_many = true;
             return;
         }
-        let k = k as i64;
+        // `q.floor()`, without a call to libm's `floor` (60 M points in a long capture).
+        let k = q as i64 - i64::from(q < (q as i64) as f64);
         if self.bins.is_empty() {
             self.first = k;
         }
@@ -222,18 +225,21 @@ impl ProfileAccumulator {
         if k < self.first {
             let more = (self.first - k) as usize;
             self.bins
-                .splice(0..0, std::iter::repeat_n((0, 0.0, 0.0), more));
+                .splice(0..0, std::iter::repeat_n((0, 0.0, 0.0, 0.0), more));
             self.first = k;
         }
         let i = (k - self.first) as usize;
         if i >= self.bins.len() {
-            self.bins.resize(i + 1, (0, 0.0, 0.0));
+            self.bins.resize(i + 1, (0, 0.0, 0.0, 0.0));
         }
         let b = &mut self.bins[i];
+        if b.0 == 0 {
+            b.1 = power_w;
+        }
         b.0 += 1;
         let d = power_w - b.1;
-        b.1 += d / b.0 as f64;
-        b.2 += d * (power_w - b.1);
+        b.2 += d;
+        b.3 += d * d;
     }
 
     /// The bins from the first point's to the last's (empty ones included).
@@ -249,11 +255,15 @@ impl ProfileAccumulator {
             .bins
             .iter()
             .enumerate()
-            .map(|(i, &(n, mean, m2))| {
+            .map(|(i, &(n, shift, s1, s2))| {
                 let k = (self.first + i as i64) as f64;
-                let mean_w = if n > 0 { mean } else { f64::NAN };
+                let mean_w = if n > 0 {
+                    shift + s1 / n as f64
+                } else {
+                    f64::NAN
+                };
                 let std_w = if n >= 2 {
-                    (m2 / (n - 1) as f64).sqrt()
+                    ((s2 - s1 * s1 / n as f64).max(0.0) / (n - 1) as f64).sqrt()
                 } else {
                     f64::NAN
                 };

@@ -207,7 +207,7 @@ fn a_partial_window_logger_with_a_5ms_kernel() {
             "--scenario",
             scenario.to_str().unwrap(),
             "--runs",
-            "600",
+            "1200",
             "--delay-ms",
             "35",
             "50",
@@ -223,10 +223,10 @@ fn a_partial_window_logger_with_a_5ms_kernel() {
             "0.3333",
         ],
     );
-    // A reading every 100 ms and 600 runs put about 0.6 readings in a 100 µs bin: too few
-    // for a bin's scatter to be known, on which the regulariser's strength rests (on
+    // A reading every 100 ms and 1 200 runs put about one reading in a 100 µs bin: too
+    // few for a bin's scatter to be known, on which the regulariser's strength rests (on
     // such bins it fell to nothing in 2 of 12 captures: a profile of spurious steps). The
-    // correction widens its bins until they hold 3 readings, and says so.
+    // correction widens its bins until they hold 3 readings (300 µs), and says so.
     let asked = 100e-6;
     let drawn = num(&f["bin_s"]);
     let per_bin = num(&f["readings_per_bin"]);
@@ -236,10 +236,13 @@ fn a_partial_window_logger_with_a_5ms_kernel() {
         f["widened"].as_str().is_some_and(|w| w.contains("too few")),
         "{f}"
     );
-    // Energy within 2 %, each phase within 10 %, the step within 1 ms (a fifth of the
-    // kernel: on bins of 600-700 µs it falls on a bin's edge, within 450 µs over twelve
-    // captures; the rig at 10 kS/s itself within about 50 µs), RMS within a third of the
-    // raw profile's (0.06-0.10 of it over those captures).
+    // Energy within 2 %, each phase within 10 %, the step within 1 ms (a sixth of the
+    // kernel; the rig at 10 kS/s itself within about 50 µs), RMS within a third of the
+    // raw profile's. A step counts only if its 10-90 % rise is within half the shorter
+    // phase (1.6 ms): with 600 runs, on 600 µs bins, the smoothest profile the readings'
+    // noise allows spread it over three cells in one capture of about twenty (no step);
+    // on 300 µs bins the same spread is 0.9 ms (five captures: the step within 351 µs,
+    // phases within 2.1 %).
     check_corrected(&f, 0.10, 1e-3, 1.0 / 3.0);
     let m = &f["logger"];
     assert_eq!(m["family"], "partial");

@@ -638,7 +638,7 @@ fn rig_side(
     let shift = (r.meta.epoch_utc_ns - epoch_ns) as f64 * 1e-9;
     let mut rig = RigSide::default();
     let mut after_gap = false;
-    for batch in r {
+    for batch in r.read_ahead() {
         let batch = batch?;
         let rows = Rows::new(&batch);
         let (tick, time) = (rows.u64("tick"), rows.f64("time_s"));
