@@ -614,6 +614,23 @@ fn rig_reader(path: &Path, samples: bool) -> Result<recording::Reader, AnalysisE
     )?)
 }
 
+/// The rig's capture opened ([`rig_reader`]) on a thread of its own: opening checks every
+/// message of the file, which on a long capture overlaps the work on the GPU's side.
+struct Opening(std::thread::JoinHandle<Result<recording::Reader, AnalysisError>>);
+
+impl Opening {
+    fn new(path: &Path, samples: bool) -> Self {
+        let path = path.to_path_buf();
+        Opening(std::thread::spawn(move || rig_reader(&path, samples)))
+    }
+
+    fn reader(self) -> Result<recording::Reader, AnalysisError> {
+        self.0
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    }
+}
+
 /// The rig's capture `r` ([`rig_reader`]), read a batch at a time: its edges on `line`,
 /// and each sample's (device s, total W, whether samples are missing before it: a gap
 /// row came first) given to `sample`.
@@ -821,6 +838,7 @@ pub fn analyse(
     o: &Options,
 ) -> Result<Analysis, AnalysisError> {
     let math = |e: &dyn std::fmt::Display| AnalysisError::Math(e.to_string());
+    let (edges_at, samples_at) = (Opening::new(rig_path, false), Opening::new(rig_path, true));
     let g = gpu_side(profile_path, o.logger_column)?;
     if g.executions.is_empty() {
         return Err(AnalysisError::Missing(format!(
@@ -857,14 +875,14 @@ pub fn analyse(
     // stitched onto the kept executions.
     // A run without a rig has the logger's readings alone.
     let (device, energies, rig_profile) = if g.rig_recorded {
-        let edges = rig_side(rig_reader(rig_path, false)?, g.line, g.epoch_ns, None)?;
+        let edges = rig_side(edges_at.reader()?, g.line, g.epoch_ns, None)?;
         let device = device_link(&g, &edges, o)?;
         let windows: Vec<(f64, f64)> = execs.iter().map(|x| (x.start, x.end)).collect();
         let mut energy = WindowEnergies::new(&windows);
         let mut rig_bins = ProfileAccumulator::new(o.bin_s, o.confidence).map_err(|e| math(&e))?;
         let mut follow = Following::new(&execs, &kept, o.horizon_s);
         rig_side(
-            rig_reader(rig_path, true)?,
+            samples_at.reader()?,
             g.line,
             g.epoch_ns,
             Some(&mut |d, w, after_gap| {
@@ -1052,6 +1070,7 @@ pub fn reduced_timeline(
     mut progress: impl FnMut(u64),
 ) -> Result<Reduced, AnalysisError> {
     let math = |e: &dyn std::fmt::Display| AnalysisError::Math(format!("the rig's samples: {e}"));
+    let opening = Opening::new(rig_path, true);
     let g = gpu_side(profile_path, o.logger_column)?;
     if !g.rig_recorded {
         return Err(AnalysisError::Missing(format!(
@@ -1059,7 +1078,7 @@ pub fn reduced_timeline(
             profile_path.display()
         )));
     }
-    let reader = rig_reader(rig_path, true)?;
+    let reader = opening.reader()?;
     let rate_hz = (reader.meta.settings.as_ref()).and_then(|s| s["sample_rate_hz"].as_f64());
     let gpu = gpu_link(&g, o)?;
     let (logger_t, logger_w): (Vec<f64>, Vec<f64>) = logger_readings(&g, &gpu)
