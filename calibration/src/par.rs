@@ -3,9 +3,9 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// `f` over every item, on as many scoped threads as the machine has cores (at most one
-/// an item), each taking the next item not yet taken, so that unequal items balance; the
-/// results in the items' order, the same as `items.iter().map(f)`. A panic in `f` is
-/// raised again here.
+/// an item), each taking the next item not yet taken from the end, so that unequal items
+/// balance (put the longest last: it is started first); the results in the items' order,
+/// the same as `items.iter().map(f)`. A panic in `f` is raised again here.
 pub(crate) fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
@@ -20,9 +20,11 @@ pub(crate) fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync)
                 scope.spawn(|| {
                     let mut mine = Vec::new();
                     loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(item) = items.get(i) else { break };
-                        mine.push((i, f(item)));
+                        let taken = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(i) = items.len().checked_sub(taken + 1) else {
+                            break;
+                        };
+                        mine.push((i, f(&items[i])));
                     }
                     mine
                 })
