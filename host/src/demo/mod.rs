@@ -300,6 +300,9 @@ pub fn run(req: &Request, on: &mut dyn FnMut(Stage<'_>)) -> Result<Demo, DemoErr
     let scored = score::score(&truth, &c).map_err(untrue)?;
     let checks = checks(&scored.rows, &req.tolerances);
     let mut figures = figures(req, &setup, &cal, &c, &outside, &scored, &checks);
+    figures["planned_executions"] = serde_json::json!(run_plan.as_ref().map(|p| p.executions));
+    figures["plan"] = serde_json::json!(run_plan.as_ref().map(|p| c.plan(p)));
+    figures["run_plan"] = serde_json::json!(run_plan);
     if let Some((runs, p)) = &planned {
         // The pilot's plan beside the one this run makes again from its own capture.
         let again = figures["run_plan"]["executions"].as_f64();
@@ -556,7 +559,8 @@ fn checks(rows: &[(&str, Score)], tol: &Tolerances) -> Vec<Check> {
     checks
 }
 
-/// Every figure of the demo, as `figures.json` holds them.
+/// Every figure of the demo, as `figures.json` holds them, but the run's plan (its
+/// caller's, made once) and the pilot's.
 fn figures(
     req: &Request,
     setup: &Setup,
@@ -568,7 +572,6 @@ fn figures(
 ) -> serde_json::Value {
     let (a, d, rig) = (&c.analysis, &c.d, &setup.loaded.rig);
     let raw = &scored.profiles.raw;
-    let run_plan = c.run_plan(&cal.model, &req.plan);
     serde_json::json!({
         "scenario": setup.loaded.scenario.description,
         "rig": {"name": rig.name, "summary": railtrace_rig::summary(rig)},
@@ -580,9 +583,6 @@ fn figures(
         "requested_bin_s": c.requested_bin_s,
         "readings_per_bin": c.readings_per_bin,
         "widened": c.widened(),
-        "planned_executions": run_plan.as_ref().map(|p| p.executions),
-        "plan": run_plan.as_ref().map(|p| c.plan(p)),
-        "run_plan": run_plan,
         "validity": correct::validity(outside),
         "logger": cal.model,
         "idle_w": c.idle_w,

@@ -2312,9 +2312,7 @@ impl Reader {
     pub fn rows_read(&self) -> usize {
         self.rows
     }
-}
 
-impl Reader {
     /// The batches read on a thread of their own, two ahead of their use: the file's
     /// reading, decompression and checks overlap the caller's work on the batch before
     /// (reading a capture was half of `correct`'s time on a long one). The same batches
@@ -3658,7 +3656,8 @@ mod tests {
     }
 
     /// A file cut inside its last batch reads ahead as it reads: the batches before the
-    /// cut, then the end; a caller that stops early stops the reading thread.
+    /// cut, then the end; a caller that stops early drops the reader ahead without
+    /// waiting on it (its thread's next send fails and it ends).
     #[test]
     fn reading_ahead_gives_what_reading_gives_and_stops_when_the_caller_does() {
         let f = Temp::new("ahead");
