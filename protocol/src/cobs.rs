@@ -110,25 +110,19 @@ fn put(output: &mut [u8], at: usize, b: u8) -> Result<(), CobsError> {
 /// Decodes a COBS block (without its delimiter) in place, returning the decoded length.
 /// The decoded bytes are `buf[..len]`.
 pub fn decode_in_place(buf: &mut [u8]) -> Result<usize, CobsError> {
-    let mut read = 0usize;
-    let mut write = 0usize;
+    let (mut read, mut write) = (0usize, 0usize);
     while let Some(&code) = buf.get(read) {
-        if code == 0 {
+        // A code byte `n` is followed by `n - 1` data bytes, none of them zero; a run at a
+        // time, moved down whole (`write <= read`, so it never overwrites unread input).
+        let n = usize::from(code).checked_sub(1).ok_or(CobsError::Invalid)?;
+        let run = read + 1..read + 1 + n;
+        if zero_or_len(buf.get(run.clone()).ok_or(CobsError::Invalid)?) != n {
             return Err(CobsError::Invalid);
         }
-        read += 1;
-        for _ in 1..code {
-            let b = *buf.get(read).ok_or(CobsError::Invalid)?;
-            if b == 0 {
-                return Err(CobsError::Invalid);
-            }
-            // write < read always holds, so this never overwrites unread input.
-            put(buf, write, b).map_err(|_| CobsError::Invalid)?;
-            write += 1;
-            read += 1;
-        }
+        buf.copy_within(run, write);
+        (read, write) = (read + 1 + n, write + n);
         if code != 0xFF && read < buf.len() {
-            put(buf, write, 0).map_err(|_| CobsError::Invalid)?;
+            put(buf, write, 0)?;
             write += 1;
         }
     }

@@ -309,7 +309,8 @@ impl<const N: usize> Decoder<N> {
             self.consumed = false;
         }
         loop {
-            let (chunk, ended) = match input.iter().position(|&b| b == 0) {
+            let p = cobs::zero_or_len(input);
+            let (chunk, ended) = match (p < input.len()).then_some(p) {
                 Some(p) => {
                     let (chunk, rest) = input.split_at(p);
                     *input = rest.get(1..).unwrap_or(&[]);

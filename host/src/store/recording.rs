@@ -1178,6 +1178,58 @@ impl Summary {
         self.put(last, total);
     }
 
+    /// Adds a block's samples `rows` (codes, [`Derive::channels`] a sample) as [`add`]
+    /// would one by one, sample `j` of them at `time_s + (k + j) × period_s`; returns how
+    /// many. Each rail's watts are `values`' volts times amperes, the same arithmetic.
+    ///
+    /// [`add`]: Summary::add
+    fn add_rows(
+        &mut self,
+        d: &Derive,
+        (time_s, k, period_s): (f64, usize, f64),
+        rows: &[i16],
+    ) -> usize {
+        let n = rows.len() / d.channels.len();
+        if n == 0 {
+            return 0;
+        }
+        if self.samples == 0 {
+            self.first_s = time_s + k as f64 * period_s;
+        }
+        self.last_s = time_s + (k + n - 1) as f64 * period_s;
+        self.samples += n as u64;
+        // Each rail measured both ways: its (position, scale, offset) of volts and amperes.
+        let cal = |p: usize| (p, d.cal[p].0, d.cal[p].1);
+        let rails: Vec<_> = (d.rails.iter().enumerate())
+            .filter_map(|(i, &(v, a))| Some((i, cal(v?), cal(a?))))
+            .collect();
+        // A series at a time (its figures in registers), each row's total gathered in
+        // rail order as `add` sums it.
+        let mut totals = vec![0.0f32; n];
+        let last = self.min.len() - 1;
+        for &(i, (pv, sv, ov), (pa, sa, oa)) in &rails {
+            let mut s = (self.min[i], self.max[i], self.sum[i], self.n[i]);
+            for (row, total) in rows.chunks_exact(d.channels.len()).zip(&mut totals) {
+                let w = (f32::from(row[pv]) * sv + ov) * (f32::from(row[pa]) * sa + oa);
+                if w.is_finite() {
+                    // `w` is a number, so plain comparisons do what `f32::min` does.
+                    *total += w;
+                    s = (
+                        if w < s.0 { w } else { s.0 },
+                        if w > s.1 { w } else { s.1 },
+                        s.2 + f64::from(w),
+                        s.3 + 1,
+                    );
+                }
+            }
+            (self.min[i], self.max[i], self.sum[i], self.n[i]) = s;
+        }
+        for &w in &totals {
+            self.put(last, w);
+        }
+        n
+    }
+
     fn put(&mut self, i: usize, w: f32) {
         self.min[i] = self.min[i].min(w);
         self.max[i] = self.max[i].max(w);
@@ -1418,13 +1470,13 @@ impl Writer {
         if !follows {
             self.close_summary();
         }
-        let mut values = vec![(f32::NAN, f32::NAN); d.rails.len()];
         let ch = d.channels.len();
-        let mut k = 0usize;
-        for row in codes.chunks_exact(ch) {
-            d.values(row, &mut values);
-            self.summary.add(time_s + k as f64 * period_s, &values);
-            k += 1;
+        let (mut k, mut rest) = (0usize, codes);
+        while rest.len() >= ch {
+            let room = (SUMMARY_SAMPLES - self.summary.samples) as usize;
+            let (now, later) = rest.split_at((rest.len() / ch).min(room) * ch);
+            k += self.summary.add_rows(&d, (time_s, k, period_s), now);
+            rest = later;
             if self.summary.samples >= SUMMARY_SAMPLES {
                 self.close_summary_at(false);
             }
