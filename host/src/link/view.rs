@@ -283,6 +283,8 @@ struct App {
     /// A recording's first message, read once when the server starts (a live capture's
     /// is made for each page: its rails are known only once the capture has started).
     file_hello: Option<String>,
+    /// A closed recording, opened for browsing at any span.
+    browse: Option<Arc<recording::Browse>>,
     started: std::time::Instant,
 }
 
@@ -369,7 +371,7 @@ async fn script() -> Response {
 }
 
 /// The first message a page gets: what it shows (for a recording, read once, here).
-fn hello(source: &Source) -> String {
+fn hello(source: &Source, browse: Option<&recording::Browse>) -> String {
     let v = match source {
         Source::Live {
             live,
@@ -385,7 +387,7 @@ fn hello(source: &Source) -> String {
             "recording": recording.as_ref().map(|p| p.display().to_string()),
         }),
         Source::File(path) => {
-            let (rails, extent) = match file_extent(path) {
+            let (rails, extent) = match file_extent(path, browse) {
                 Ok((rails, extent)) => (rails, Ok(extent)),
                 Err(e) => (Vec::new(), Err(format!("{e:#}"))),
             };
@@ -403,8 +405,15 @@ fn hello(source: &Source) -> String {
     v.to_string()
 }
 
-/// A recording's rails and the span of its samples.
-fn file_extent(path: &std::path::Path) -> anyhow::Result<(Vec<String>, (f64, f64))> {
+/// A recording's rails and the span of its samples (from its coarse summaries where it
+/// was closed).
+fn file_extent(
+    path: &std::path::Path,
+    browse: Option<&recording::Browse>,
+) -> anyhow::Result<(Vec<String>, (f64, f64))> {
+    if let Some(b) = browse {
+        return Ok((b.meta().rails.clone(), plot::extent(b.coarse())?));
+    }
     let rec = recording::open(path)?;
     let extent = match recording::overview(path)? {
         Some(ov) => plot::extent(&ov.recording)?,
@@ -448,7 +457,7 @@ async fn socket(State(app): State<Arc<App>>, ws: WebSocketUpgrade) -> Response {
 
 async fn serve_socket(app: Arc<App>, mut ws: WebSocket) {
     let mut rx = app.data.subscribe();
-    let hello = (app.file_hello.clone()).unwrap_or_else(|| hello(&app.source));
+    let hello = (app.file_hello.clone()).unwrap_or_else(|| hello(&app.source, None));
     if ws.send(Message::Text(hello.into())).await.is_err() {
         return;
     }
@@ -505,8 +514,11 @@ async fn range(State(app): State<Arc<App>>, Query(q): Query<RangeQuery>) -> Resp
         )
             .into_response();
     }
-    let r =
-        tokio::task::spawn_blocking(move || plot::window_json(&path, q.t0, q.t1, columns)).await;
+    let browse = app.browse.clone();
+    let r = tokio::task::spawn_blocking(move || {
+        plot::window_json(&path, browse.as_deref(), q.t0, q.t1, columns)
+    })
+    .await;
     match r {
         Ok(Ok(v)) => ([(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response(),
         Ok(Err(e)) => (StatusCode::UNPROCESSABLE_ENTITY, format!("{e:#}\n")).into_response(),
@@ -533,8 +545,18 @@ impl Server {
             .block_on(tokio::net::TcpListener::bind(addr))
             .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
         let (data, _) = broadcast::channel(256);
+        let browse = match &source {
+            Source::File(path) => recording::Browse::open(path)?.map(Arc::new),
+            Source::Live { .. } => None,
+        };
+        if let Some(b) = browse.clone() {
+            // The fine summaries read while the page first paints from the coarse ones.
+            std::thread::spawn(move || b.fine().is_some());
+        }
         let app = Arc::new(App {
-            file_hello: matches!(source, Source::File(_)).then(|| hello(&source)),
+            file_hello: matches!(source, Source::File(_))
+                .then(|| hello(&source, browse.as_deref())),
+            browse,
             source,
             data,
             open: !loopback(addr.ip()),
@@ -653,8 +675,11 @@ pub fn browse(
     ctrl_c: &'static AtomicBool,
     announce: impl FnOnce(SocketAddr, &str),
 ) -> anyhow::Result<()> {
-    // A missing or foreign file is said here, not only on the page.
-    recording::open(file)?;
+    // A missing or foreign file is said here, not only on the page (a closed one is
+    // checked as the page reads it; one that was not is read whole now).
+    if recording::Browse::open(file)?.is_none() {
+        recording::open(file)?;
+    }
     let server = Server::bind(listen, Source::File(file.to_path_buf()))?;
     announce(
         server.local_addr()?,

@@ -243,9 +243,13 @@ impl Envelope {
 
     /// Adds a value; one outside the window, or not finite, is left out.
     pub fn push(&mut self, t: f64, v: f32) {
-        let Some(c) = column(t, self.t0, self.t1, self.bins.len()) else {
-            return;
-        };
+        if let Some(c) = column(t, self.t0, self.t1, self.bins.len()) {
+            self.push_at(c, v);
+        }
+    }
+
+    /// Adds a value to column `c` (see [`column`]); one not finite is left out.
+    pub fn push_at(&mut self, c: usize, v: f32) {
         if !v.is_finite() {
             return;
         }
@@ -481,26 +485,32 @@ pub fn extent(rec: &impl Source) -> anyhow::Result<(f64, f64)> {
 /// gaps `[start, end]`, the trigger edges `[t, line, rising]` and the logger's readings
 /// `[t, W]`. From the recording's summaries where they are fine enough (at least two a
 /// column; they hold no edges nor logger readings, and `summaries` says so), else from
-/// its samples, read a batch at a time.
+/// its samples, read a batch at a time: through `browse` where the recording was closed
+/// (the window's summaries or record batches found, not scanned for), else the whole file.
 pub fn window_json(
     path: &Path,
+    browse: Option<&recording::Browse>,
     t0: f64,
     t1: f64,
     columns: usize,
 ) -> anyhow::Result<serde_json::Value> {
-    let mut level = recording::overview(path)?;
-    let mut data = None;
-    while let Some(ov) = level {
-        if summaries_suffice(&ov, t0, t1, columns) {
-            data = Some(collect(&ov.recording, t0, t1, columns)?);
-            break;
-        }
-        level = ov.finer()?;
+    match browse {
+        Some(b) => match b.summaries(t0, t1, 2 * columns)? {
+            Some(level) => window_of(&level, t0, t1, columns),
+            None => window_of(&b.samples(t0, t1)?, t0, t1, columns),
+        },
+        None => window_of(&recording::open(path)?, t0, t1, columns),
     }
-    let (d, plotted, _) = match data {
-        Some(d) => d,
-        None => collect(&recording::open(path)?, t0, t1, columns)?,
-    };
+}
+
+/// [`window_json`] of the rows `rec` gives.
+pub(crate) fn window_of(
+    rec: &impl Source,
+    t0: f64,
+    t1: f64,
+    columns: usize,
+) -> anyhow::Result<serde_json::Value> {
+    let (d, plotted, _) = collect(rec, t0, t1, columns)?;
     let at = |c: usize| t0 + (c as f64 + 0.5) * (t1 - t0) / columns as f64;
     let r = |v: f64| (v * 1e3).round() / 1e3;
     let series: Vec<serde_json::Value> = (d.series.iter())
@@ -664,7 +674,10 @@ fn collect(
     .into_iter()
     .chain(watts.iter().map(String::as_str))
     .chain(extremes.iter().flatten().map(String::as_str))
+    // A reader that gives out block rows as they are (a browsed window's) needs these.
+    .chain(["codes", "tick", "period_ticks"])
     .collect();
+    let derive = rec.meta().derive.as_ref();
     let mut span = Span::new();
     let mut env: Vec<Envelope> = names
         .iter()
@@ -696,6 +709,21 @@ fn collect(
             .collect();
         for i in 0..rows.len() {
             let t = time.value(i);
+            if let Some(d) = derive.filter(|_| rows.is_block(i)) {
+                let step = Rows::get(rows.column::<arrow_array::UInt32Array>("period_ticks"), i)
+                    .map_or(0.0, |p| f64::from(p) / d.tick_hz);
+                // Each sample as its sample row would be given out (see `Rows::block_watts`).
+                rows.block_watts(i, d, |k, w| {
+                    let t = t + k as f64 * step;
+                    span.add(t, t0, t1);
+                    if let Some(c) = column(t, t0, t1, columns) {
+                        for (e, &v) in env.iter_mut().zip(w) {
+                            e.push_at(c, v);
+                        }
+                    }
+                });
+                continue;
+            }
             match rows.kind(i) {
                 Kind::Sample => {
                     span.add(t, t0, t1);

@@ -18,7 +18,9 @@
 //! written only by [`Writer::finish`]: [`Recording::finalised`] tells the two apart.
 //! `host/RECORDING.md` documents the columns.
 
+mod browse;
 mod scan;
+pub use browse::Browse;
 
 use nix::fcntl::{Flock, FlockArg};
 use std::collections::HashMap;
@@ -1714,6 +1716,9 @@ pub struct Reader {
     /// The schema of the batches given out and their kind dictionary (those of a gap
     /// row the reader adds).
     schema_out: (SchemaRef, ArrayRef),
+    /// The record batches it reads where it reads only some ([`browse`]), by their
+    /// messages' byte ranges; `None`: all.
+    window: Option<Vec<(u64, u64)>>,
 }
 
 /// Opens a recording to read it a record batch at a time (see [`Reader`]), with the same
@@ -1792,10 +1797,33 @@ fn open_at(
         tail == END_OF_STREAM
     };
     file.seek(SeekFrom::Start(0)).map_err(io)?;
-    let header_error =
-        |e: ArrowError| foreign(&format!("not a readable Arrow IPC stream header: {e}"));
     // Every message checked before Arrow sees it; the damaged ones are left out.
     let scanned = scan::scan(&mut file, len).map_err(io)?;
+    open_scanned(path, file, (len, finalised), scanned, columns, raw, None)
+}
+
+/// A reader of the messages `scanned` found in the first `len` bytes of `file` (at
+/// `path`), which the writer closed or not (`finalised`); `window`: where it reads only
+/// some of the file's record batches, those (see [`browse`]).
+fn open_scanned(
+    path: &Path,
+    file: File,
+    (len, finalised): (u64, bool),
+    scanned: scan::Scan,
+    columns: Option<&[&str]>,
+    raw: bool,
+    window: Option<Vec<(u64, u64)>>,
+) -> Result<Reader, RecordingError> {
+    let io = |error| RecordingError::Io {
+        path: path.to_path_buf(),
+        error,
+    };
+    let foreign = |why: &str| RecordingError::Foreign {
+        path: path.to_path_buf(),
+        why: why.to_string(),
+    };
+    let header_error =
+        |e: ArrowError| foreign(&format!("not a readable Arrow IPC stream header: {e}"));
     let stream_of = |file: File| {
         BufReader::with_capacity(1 << 20, scan::Ranges::new(file, scanned.ranges.clone()))
     };
@@ -1872,6 +1900,7 @@ fn open_at(
         next: None,
         queued: None,
         schema_out: (given_schema, Arc::new(kinds)),
+        window,
     })
 }
 
@@ -2137,32 +2166,39 @@ pub fn overview(path: &Path) -> Result<Option<Overview>, RecordingError> {
     if tail != END_OF_STREAM {
         return Ok(None);
     }
-    let Ok(Some(schema)) = scan::message(&mut file, 0, len, true, false, &[]) else {
+    let Some(head) = stream_head(&mut file, len) else {
         return Ok(None);
     };
-    // The kind dictionary follows the schema (the writer sends it once).
-    let Ok(Some(dictionary)) = scan::message(&mut file, schema.end, len, false, true, &schema.top)
-    else {
-        return Ok(None);
-    };
-    if dictionary.is_batch {
-        return Ok(None);
-    }
-    let head = (dictionary.end, schema.top);
+    let bytes_read = head.0 + 8;
     level(
         path,
         file,
         head,
-        len - 8,
+        (len - 8, None),
         scan::OVERVIEW,
-        dictionary.end + 8,
+        bytes_read,
     )
+}
+
+/// A sealed stream's schema and kind dictionary, checked: where they end, and the
+/// column nodes of its record batches (see `scan::Message::top`).
+fn stream_head(file: &mut File, len: u64) -> Option<(u64, Vec<bool>)> {
+    let schema = scan::message(file, 0, len, true, false, &[]).ok()??;
+    // The kind dictionary follows the schema (the writer sends it once).
+    let dictionary = scan::message(file, schema.end, len, false, true, &schema.top).ok()??;
+    (!dictionary.is_batch).then_some((dictionary.end, schema.top))
 }
 
 impl Overview {
     /// The fine level's summaries, from the batch that ends where this (coarse) one
     /// starts; `None` for the fine level itself, or where there is none.
     pub fn finer(&self) -> Result<Option<Overview>, RecordingError> {
+        self.finer_at(None)
+    }
+
+    /// [`Overview::finer`], where the fine level's message may start at `hint` (checked
+    /// there first, and looked for only if it is not there).
+    fn finer_at(&self, hint: Option<u64>) -> Result<Option<Overview>, RecordingError> {
         if !self.coarse {
             return Ok(None);
         }
@@ -2172,25 +2208,19 @@ impl Overview {
                 path: path.clone(),
                 error,
             })?;
-        level(
-            path,
-            file,
-            self.head.clone(),
-            self.at,
-            scan::OVERVIEW_FINE,
-            0,
-        )
+        let head = self.head.clone();
+        level(path, file, head, (self.at, hint), scan::OVERVIEW_FINE, 0)
     }
 }
 
 /// The overview level `content` that ends at `end` of `file` (after `head`, the schema's
 /// and dictionary's messages), found by looking back from `end` in growing stretches
-/// (a small overview costs a small read).
+/// (a small overview costs a small read), or at `hint` where it checks out there.
 fn level(
     path: &Path,
     mut file: File,
     head: (u64, Vec<bool>),
-    end: u64,
+    (end, hint): (u64, Option<u64>),
     content: u8,
     mut bytes_read: u64,
 ) -> Result<Option<Overview>, RecordingError> {
@@ -2200,7 +2230,11 @@ fn level(
     };
     let lowest = end.saturating_sub(OVERVIEW_SEARCH).max(head.0);
     let mut upto = end;
-    let mut found = None;
+    let mut found = hint.filter(|&at| {
+        matches!(scan::message(&mut file, at, end, false, true, &head.1),
+            Ok(Some(m)) if m.end == end && m.content == content)
+    });
+    bytes_read += found.map_or(0, |at| end - at);
     let mut buf = vec![0u8; 1 << 14];
     'search: while upto > lowest && found.is_none() {
         if buf.len() < 1 << 24 && upto < end {
@@ -2333,7 +2367,10 @@ impl Reader {
     /// reads, no more), with every column (`None`) or the `kind` column and `columns`
     /// (see [`open_columns`]). Fails if the file is no longer that recording.
     pub fn reopen(&self, columns: Option<&[&str]>) -> Result<Reader, RecordingError> {
-        let r = open_at(&self.path, Some(self.len), columns, self.raw)?;
+        let r = match &self.window {
+            Some(w) => browse::open_window(&self.path, self.len, w, columns, self.raw)?,
+            None => open_at(&self.path, Some(self.len), columns, self.raw)?,
+        };
         if r.schema != self.schema {
             return Err(RecordingError::Foreign {
                 path: self.path.clone(),
@@ -2865,6 +2902,26 @@ impl<'a> Rows<'a> {
     /// made by `derive` (the recording's [`Meta::derive`]); false (and nothing given) if
     /// the row is not a whole block.
     pub fn block_samples(&self, i: usize, derive: &Derive, mut f: impl FnMut(u64, f32)) -> bool {
+        let (Some(step), Some(first)) = (
+            (self.batch.column_by_name("period_ticks"))
+                .and_then(|c| c.as_any().downcast_ref::<UInt32Array>())
+                .and_then(|p| Rows::get(p, i)),
+            (self.batch.column_by_name("tick"))
+                .and_then(|c| c.as_any().downcast_ref::<UInt64Array>())
+                .and_then(|t| Rows::get(t, i)),
+        ) else {
+            return false;
+        };
+        self.block_watts(i, derive, |k, w| {
+            f(first + k as u64 * u64::from(step), w[w.len() - 1]);
+        })
+    }
+
+    /// Each sample `k` of block row `i` as its watts per rail (NaN where a rail's volts or
+    /// amperes are not measured) and then in total, the values its sample row has, made by
+    /// `derive`; false (and nothing given) if the row is not a whole block. Sample `k` is
+    /// at `time_s + k × period_ticks / tick_hz`.
+    pub fn block_watts(&self, i: usize, derive: &Derive, mut f: impl FnMut(usize, &[f32])) -> bool {
         let (Some(count), Some(codes), Some(tick), Some(period)) = (
             self.batch
                 .column_by_name("count")
@@ -2887,11 +2944,7 @@ impl<'a> Rows<'a> {
             return false;
         };
         let ch = derive.channels.len();
-        let (n, first, step) = (
-            count.value(i) as usize,
-            tick.value(i),
-            u64::from(period.value(i)),
-        );
+        let n = count.value(i) as usize;
         let whole = [
             count.is_valid(i),
             codes.is_valid(i),
@@ -2906,16 +2959,22 @@ impl<'a> Rows<'a> {
         // made (a rail missing either has no watts, and adds nothing to the total).
         let cal = |p: usize| (p, derive.cal[p].0, derive.cal[p].1);
         let rails: Vec<_> = (derive.rails.iter())
-            .filter_map(|&(v, a)| Some((cal(v?), cal(a?))))
+            .map(|&(v, a)| Some((cal(v?), cal(a?))))
             .collect();
+        let mut watts = vec![f32::NAN; rails.len() + 1];
         for (k, row) in values.values()[start..start + n * ch]
             .chunks_exact(ch)
             .enumerate()
         {
-            let volts_amps = rails.iter().map(|&((v, vs, vo), (a, as_, ao))| {
-                (f32::from(row[v]) * vs + vo, f32::from(row[a]) * as_ + ao)
-            });
-            f(first + k as u64 * step, total_of(volts_amps));
+            for (w, r) in watts.iter_mut().zip(&rails) {
+                *w = r.map_or(f32::NAN, |((v, vs, vo), (a, as_, ao))| {
+                    (f32::from(row[v]) * vs + vo) * (f32::from(row[a]) * as_ + ao)
+                });
+            }
+            if let Some((total, rails)) = watts.split_last_mut() {
+                *total = total_w(rails.iter().copied());
+            }
+            f(k, &watts);
         }
         true
     }

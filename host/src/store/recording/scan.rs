@@ -120,6 +120,7 @@ pub(crate) struct Scan {
 }
 
 /// Why a message at some offset does not check out.
+#[derive(Debug)]
 pub(crate) enum Bad {
     /// The file ends inside it.
     Cut,
@@ -374,6 +375,44 @@ pub(crate) fn scan(file: &mut File, len: u64) -> std::io::Result<Scan> {
         s.holes.append(&mut pending);
     }
     Ok(s)
+}
+
+/// Record batches' byte ranges, and where the fine level starts: see [`walk`].
+pub(crate) type Walk = (Vec<(u64, u64)>, Option<u64>);
+
+/// The record batches of rows between `from` and `to` (a message's start and another's)
+/// by their byte ranges, from their framing and headers alone: their bodies are neither
+/// read nor checked (a reader checks those it reads). `None` where the messages do not
+/// follow one another cleanly up to `to`.
+/// Also where the overview's fine level starts, if it is there.
+pub(crate) fn walk(file: &mut File, from: u64, to: u64) -> Option<Walk> {
+    let mut out = Vec::new();
+    let mut fine = None;
+    let mut at = from;
+    while at < to {
+        let head = read_at(file, at, 8).ok()?;
+        let meta_len = i64::from(i32::from_le_bytes([head[4], head[5], head[6], head[7]]));
+        if head[..4] != [0xFF; 4] || !(8..=MAX_HEADER).contains(&meta_len) {
+            return None;
+        }
+        let meta = read_at(file, at + 8, meta_len as usize).ok()?;
+        let msg = arrow_ipc::root_as_message(&meta).ok()?;
+        let end = (at + 8 + meta_len as u64).checked_add(u64::try_from(msg.bodyLength()).ok()?)?;
+        if end > to {
+            return None;
+        }
+        let n = meta.len();
+        let content = (n >= SEAL_LEN && meta[n - 8..n - 4] == SEAL).then(|| meta[n - SEAL_LEN]);
+        if msg.header_type() == arrow_ipc::MessageHeader::RecordBatch {
+            match content {
+                Some(ROWS) => out.push((at, end)),
+                Some(OVERVIEW_FINE) => fine = Some(at),
+                _ => {}
+            }
+        }
+        at = end;
+    }
+    Some((out, fine))
 }
 
 /// The offset of the next message marker at or after `from`: four 0xFF bytes followed
