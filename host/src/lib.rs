@@ -10,6 +10,7 @@
 //!   calibration and the correction of its profile, power models, paired traces;
 //! - [`demo`]: the whole job on the digital twin, the stages composed.
 pub mod analysis;
+#[cfg(all(feature = "plots", feature = "parquet"))]
 pub mod demo;
 pub mod gpu;
 pub mod link;

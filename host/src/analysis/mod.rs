@@ -8,6 +8,7 @@ pub mod correct;
 pub mod logger_model;
 pub mod model;
 pub mod paired;
+#[cfg(feature = "plots")]
 pub mod report_plot;
 pub mod stitch;
 pub mod survey;

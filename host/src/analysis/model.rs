@@ -88,7 +88,8 @@ const IDLE_SPAN_S: (f64, f64) = (0.2e-3, 0.8e-3);
 const TAIL_S: f64 = 0.1e-3;
 
 /// Which trace a model is fitted on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Against {
     /// The rig's reference samples.
@@ -111,7 +112,8 @@ impl Against {
 }
 
 /// Which model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum ModelKind {
     /// Utilisation model (EnergAIzer): static + Σ_m c_m·u_m·f·V².
@@ -894,6 +896,7 @@ pub fn mae(rows: &[&Scored], pct: impl Fn(&Scored) -> f64) -> f64 {
     rows.iter().map(|r| pct(r).abs()).sum::<f64>() / rows.len().max(1) as f64
 }
 
+#[cfg(feature = "plots")]
 /// Colours of the models in a picture, in order.
 const COLOURS: [(u8, u8, u8); 6] = [
     (0x1f, 0x77, 0xb4),
@@ -904,6 +907,7 @@ const COLOURS: [(u8, u8, u8); 6] = [
     (0x8c, 0x56, 0x4b),
 ];
 
+#[cfg(feature = "plots")]
 /// A picture of a validation, PNG or SVG by `out`'s extension: each model's predicted
 /// power against the rig's (the diagonal is perfect; hollow marks are held-out kernels
 /// or levels), and the kernels' execution time against frequency (measured, and the

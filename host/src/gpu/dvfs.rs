@@ -321,9 +321,11 @@ pub fn latencies(
     })
 }
 
+#[cfg(feature = "plots")]
 /// The rig's power around a request (ms since it, W) and the step found, ms.
 type Trace = (Vec<(f64, f64)>, Option<f64>);
 
+#[cfg(feature = "plots")]
 /// A picture of a run's latencies, as PNG or SVG by `out`'s extension: their histogram,
 /// and the rig's power around the first requests, aligned at each request, with the
 /// steps found marked.

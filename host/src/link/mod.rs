@@ -8,4 +8,5 @@ pub mod meter;
 pub mod stop;
 pub mod transport;
 pub mod trigger;
+#[cfg(feature = "view")]
 pub mod view;

@@ -8,7 +8,7 @@
 //! gap closes the bucket it falls in, so the page draws it as a gap. The capture writes
 //! its recording exactly as `railtrace capture` does; the view only watches.
 //!
-//! A recording is browsed through [`plot::window_json`]: its summaries (the overview)
+//! A recording is browsed through [`plot::window_json`](crate::store::decimate::window_json): its summaries (the overview)
 //! where they are fine enough for the window asked, else its samples.
 //!
 //! The server listens on 127.0.0.1 unless told otherwise, and then refuses any peer that
@@ -37,7 +37,7 @@ use anyhow::Context;
 use crate::gpu::{PowerLogger, Stamp};
 use crate::link::capture::{capture, Config, Counters, Progress, Tap};
 use crate::link::stop;
-use crate::store::plot::{self, Bin};
+use crate::store::decimate::{self as plot, Bin};
 use crate::store::recording::{self, Event, Kind};
 
 /// The live buckets' width, s.

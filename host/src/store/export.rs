@@ -11,13 +11,15 @@ use std::fmt;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+#[cfg(feature = "parquet")]
 use std::sync::Arc;
 
 use arrow_array::{BooleanArray, RecordBatch, UInt8Array};
-use parquet::arrow::ArrowWriter;
-use parquet::basic::Compression;
-use parquet::file::metadata::KeyValue;
-use parquet::file::properties::WriterProperties;
+#[cfg(feature = "parquet")]
+use parquet::{
+    arrow::ArrowWriter, basic::Compression, file::metadata::KeyValue,
+    file::properties::WriterProperties,
+};
 
 use crate::store::recording::{Kind, RecordingError, Rows, Source};
 
@@ -191,6 +193,15 @@ fn runs(
 
 type Written = (u64, u64, File);
 
+#[cfg(not(feature = "parquet"))]
+fn write_parquet(_: &impl Source, _: &[Kind], _: File) -> Result<Written, BoxError> {
+    Err(
+        "this build of railtrace writes no Parquet (it was built without its `parquet` feature)"
+            .into(),
+    )
+}
+
+#[cfg(feature = "parquet")]
 fn write_parquet(rec: &impl Source, kinds: &[Kind], file: File) -> Result<Written, BoxError> {
     // The Arrow schema (with the per-field `unit` metadata and the schema's `railtrace`
     // key) travels in the file as `ARROW:schema`; the schema's keys are repeated as plain
@@ -214,6 +225,7 @@ fn write_parquet(rec: &impl Source, kinds: &[Kind], file: File) -> Result<Writte
     Ok((rows, 0, file))
 }
 
+#[cfg(feature = "parquet")]
 /// JSON saying where the export came from and which kinds of rows it holds.
 fn export_note(rec: &impl Source, kinds: &[Kind]) -> String {
     let all = kinds.is_empty();

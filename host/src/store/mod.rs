@@ -1,10 +1,13 @@
 //! Recordings and exports: the recording format a capture writes and everything reads
 //! ([`recording`]), its exports to Parquet, CSV and Perfetto ([`export`]), other
 //! instruments' traces imported as recordings ([`import`]), a recording summarised
-//! ([`inspect`]) and drawn ([`plot`]).
+//! ([`inspect`]), decimated to pixel columns ([`decimate`]) and drawn (`plot`, with the
+//! `plots` feature).
+pub mod decimate;
 pub mod export;
 pub mod import;
 pub mod inspect;
+#[cfg(feature = "plots")]
 pub mod plot;
 pub mod recording;
 

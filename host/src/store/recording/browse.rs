@@ -249,7 +249,7 @@ pub(super) fn open_window(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::plot::{window_json, window_of};
+    use crate::store::decimate::{window_json, window_of};
     use crate::store::recording::{Event, Writer};
 
     /// 300 000 samples of 2 rails (codes from a fixed seed) at 10 µs in blocks of 50, a gap
