@@ -196,10 +196,10 @@ pub fn extent(rec: &impl Source) -> anyhow::Result<(f64, f64)> {
 /// The recording at `path` in `[t0, t1]` decimated to `columns` columns, as JSON for a
 /// page to draw: each series' runs between gaps as `[t, min, max, mean]` per column, the
 /// gaps `[start, end]`, the trigger edges `[t, line, rising]` and the logger's readings
-/// `[t, W]`. From the recording's summaries where they are fine enough (at least two a
-/// column; they hold no edges nor logger readings, and `summaries` says so), else from
-/// its samples, read a batch at a time: through `browse` where the recording was closed
-/// (the window's summaries or record batches found, not scanned for), else the whole file.
+/// `[t, W]`. Through `browse` where the recording was closed: from its summaries where
+/// they are fine enough (at least one a column; they hold no edges nor logger readings,
+/// and `summaries` says so), else from the record batches that hold the window (found,
+/// not scanned for); else from the whole file's samples, read a batch at a time.
 pub fn window_json(
     path: &Path,
     browse: Option<&recording::Browse>,
@@ -208,7 +208,9 @@ pub fn window_json(
     columns: usize,
 ) -> anyhow::Result<serde_json::Value> {
     match browse {
-        Some(b) => match b.summaries(t0, t1, 2 * columns)? {
+        // One summary a column at least (a column's least and most then come from
+        // samples at most half a summary outside it); the samples below that.
+        Some(b) => match b.summaries(t0, t1, columns)? {
             Some(level) => window_of(&level, t0, t1, columns),
             None => window_of(&b.samples(t0, t1)?, t0, t1, columns),
         },
