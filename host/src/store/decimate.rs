@@ -101,17 +101,28 @@ impl Envelope {
 
     /// Adds a value; one outside the window, or not finite, is left out.
     pub fn push(&mut self, t: f64, v: f32) {
-        if let Some(c) = column(t, self.t0, self.t1, self.bins.len()) {
-            self.push_at(c, v);
-        }
-    }
-
-    /// Adds a value to column `c` (see [`column`]); one not finite is left out.
-    pub fn push_at(&mut self, c: usize, v: f32) {
+        let Some(c) = column(t, self.t0, self.t1, self.bins.len()) else {
+            return;
+        };
         if !v.is_finite() {
             return;
         }
         self.bins[c].get_or_insert(Bin::EMPTY).add(v);
+        self.touched = Some(self.touched.map_or((c, c), |(a, b)| (a.min(c), b.max(c))));
+    }
+
+    /// Column `c`'s bin so far (empty where it has none), to add to and give back
+    /// ([`Envelope::set`]).
+    pub fn bin(&self, c: usize) -> Bin {
+        self.bins[c].unwrap_or(Bin::EMPTY)
+    }
+
+    /// Makes `bin` column `c`'s (left as it is where `bin` holds no value).
+    pub fn set(&mut self, c: usize, bin: Bin) {
+        if bin.n == 0 {
+            return;
+        }
+        self.bins[c] = Some(bin);
         self.touched = Some(self.touched.map_or((c, c), |(a, b)| (a.min(c), b.max(c))));
     }
 
@@ -197,7 +208,7 @@ pub fn extent(rec: &impl Source) -> anyhow::Result<(f64, f64)> {
 /// page to draw: each series' runs between gaps as `[t, min, max, mean]` per column, the
 /// gaps `[start, end]`, the trigger edges `[t, line, rising]` and the logger's readings
 /// `[t, W]`. Through `browse` where the recording was closed: from its summaries where
-/// they are fine enough (at least one a column; they hold no edges nor logger readings,
+/// they are fine enough (at least two a column; they hold no edges nor logger readings,
 /// and `summaries` says so), else from the record batches that hold the window (found,
 /// not scanned for); else from the whole file's samples, read a batch at a time.
 pub fn window_json(
@@ -208,9 +219,10 @@ pub fn window_json(
     columns: usize,
 ) -> anyhow::Result<serde_json::Value> {
     match browse {
-        // One summary a column at least (a column's least and most then come from
-        // samples at most half a summary outside it); the samples below that.
-        Some(b) => match b.summaries(t0, t1, columns)? {
+        // Two summaries a column at least (a column's least and most then come from
+        // samples at most a quarter column outside it); below that, the samples, which
+        // hold the trigger edges and the logger's readings too.
+        Some(b) => match b.summaries(t0, t1, 2 * columns)? {
             Some(level) => window_of(&level, t0, t1, columns),
             None => window_of(&b.samples(t0, t1)?, t0, t1, columns),
         },
@@ -434,16 +446,34 @@ pub(crate) fn collect(
             if let Some(d) = derive.filter(|_| rows.is_block(i)) {
                 let step = Rows::get(rows.column::<arrow_array::UInt32Array>("period_ticks"), i)
                     .map_or(0.0, |p| f64::from(p) / d.tick_hz);
-                // Each sample as its sample row would be given out (see `Rows::block_watts`).
+                // Each sample as its sample row would be given out (see `Rows::block_watts`),
+                // added to its column's bins as `Envelope::push` adds it, those bins held
+                // here while the samples stay in one column.
+                let mut open: Option<(usize, Vec<Bin>)> = None;
+                let close = |env: &mut [Envelope], open: Option<(usize, Vec<Bin>)>| {
+                    if let Some((c, bins)) = open {
+                        for (e, b) in env.iter_mut().zip(bins) {
+                            e.set(c, b);
+                        }
+                    }
+                };
                 rows.block_watts(i, d, |k, w| {
                     let t = t + k as f64 * step;
                     span.add(t, t0, t1);
-                    if let Some(c) = column(t, t0, t1, columns) {
-                        for (e, &v) in env.iter_mut().zip(w) {
-                            e.push_at(c, v);
+                    let Some(c) = column(t, t0, t1, columns) else {
+                        return;
+                    };
+                    if open.as_ref().map(|o| o.0) != Some(c) {
+                        close(&mut env, open.take());
+                        open = Some((c, env.iter().map(|e| e.bin(c)).collect()));
+                    }
+                    if let Some((_, bins)) = &mut open {
+                        for (b, &v) in bins.iter_mut().zip(w) {
+                            b.add(v);
                         }
                     }
                 });
+                close(&mut env, open);
                 continue;
             }
             match rows.kind(i) {
